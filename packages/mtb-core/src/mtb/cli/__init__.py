@@ -1,0 +1,53 @@
+"""The ``mtb`` command line: a click group built from a plugin manager.
+
+``make_cli(pm)`` builds a fresh group so tests can drive the CLI over a
+plugin manager of their own; ``main`` uses the process-wide one.
+"""
+
+import click
+
+from mtb.errors import MtbError
+
+
+class MtbGroup(click.Group):
+    """Turns MtbError into one line on stderr and its exit code (never a traceback)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except MtbError as error:
+            click.echo(f"Error: {error}", err=True)
+            ctx.exit(error.exit_code)
+
+
+def make_cli(pm) -> click.Group:
+    from mtb import __version__
+    from mtb.cli.plugins_command import plugins_command
+    from mtb.cli.run_command import run_command
+
+    @click.group(cls=MtbGroup, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, "--version", package_name="mtb-core",
+                          message="mtb %(version)s")
+    @click.pass_context
+    def cli(ctx):
+        """MiniTrainBench: benchmark distributed training of GPT-like models.
+
+        Exit codes: 0 ok, 1 run failed, 2 usage or configuration error.
+        """
+        ctx.obj = pm
+
+    cli.add_command(run_command)
+    cli.add_command(plugins_command)
+    pm.hook.mtb_register_commands(cli=cli)
+    return cli
+
+
+def main() -> None:
+    from mtb.plugins import get_plugin_manager
+
+    try:
+        pm = get_plugin_manager()
+    except MtbError as error:
+        click.echo(f"Error: {error}", err=True)
+        raise SystemExit(error.exit_code) from None
+    make_cli(pm)(prog_name="mtb")

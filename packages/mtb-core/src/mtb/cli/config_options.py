@@ -1,0 +1,71 @@
+"""Click options generated from the config classes' fields.
+
+Defaults shown in ``--help`` come from the attrs defaults; the options
+themselves default to None so that only flags the user typed override the
+preset and the TOML file.
+"""
+
+import types
+
+import attrs
+import click
+
+from mtb.config import SECTIONS, RunConfig
+
+SEPARATOR = "__"
+
+
+def _base_type(annotation):
+    if isinstance(annotation, types.UnionType):
+        return next(t for t in annotation.__args__ if t is not type(None))
+    return annotation
+
+
+def _shown_default(field) -> str:
+    unit = field.metadata.get("unit", "")
+    if field.default is attrs.NOTHING:
+        return "from preset"
+    if field.default is None:
+        return "none"
+    if isinstance(field.default, bool):
+        return "on" if field.default else "off"
+    value = field.default if field.default != "" else '""'
+    return f"{value} {unit}".strip()
+
+
+def _option(section: str | None, field):
+    meta = field.metadata
+    flag = meta.get("flag") or "--" + field.name.replace("_", "-")
+    dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
+    kind = _base_type(field.type)
+    unit = f" [{meta['unit']}]" if meta.get("unit") else ""
+    extra = {}
+    if kind is bool:
+        flag = f"{flag}/--no-{flag[2:]}"
+    elif meta.get("choices"):
+        extra["type"] = click.Choice(meta["choices"])
+    else:
+        extra["type"] = {int: click.INT, float: click.FLOAT}.get(kind, click.STRING)
+    return click.option(flag, dest, default=None, show_default=_shown_default(field),
+                        help=f"{meta['help']}{unit}", **extra)
+
+
+def config_options(command):
+    """Decorate ``command`` with one option per config field."""
+    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
+    fields += [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
+    for section, field in reversed(fields):
+        command = _option(section, field)(command)
+    return command
+
+
+def flags_from(params: dict) -> dict:
+    """Click's flat parameters back into the TOML-shaped dict ``config.resolve`` takes."""
+    flags: dict = {section: {} for section in SECTIONS}
+    for name, value in params.items():
+        if SEPARATOR in name:
+            section, key = name.split(SEPARATOR, 1)
+            flags[section][key] = value
+        else:
+            flags[name] = value
+    return flags

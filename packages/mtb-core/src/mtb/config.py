@@ -1,0 +1,324 @@
+"""Run configuration: attrs classes, validation and (un)structuring with cattrs.
+
+Each field carries its help text and unit in metadata; the ``mtb run`` options
+are generated from them, so a field, its CLI flag and its TOML key never drift
+apart. Precedence: defaults < preset < TOML file < command-line flags.
+"""
+
+import hashlib
+import json
+from typing import Any
+
+import attrs
+import cattrs
+
+from mtb.errors import ConfigError
+from mtb.presets import PRESETS
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "sgd")
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def setting(default=attrs.NOTHING, *, help: str, unit: str = "", choices=(), minimum=None,
+            below=None, flag: str = "", validator=None):
+    """An attrs field with the metadata the CLI and docs are generated from."""
+    validators = [v for v in (validator,) if v]
+    if choices:
+        validators.append(_one_of(choices))
+    if minimum is not None or below is not None:
+        validators.append(_in_range(minimum, below))
+    metadata = {"help": help, "unit": unit, "choices": tuple(choices), "flag": flag}
+    return attrs.field(default=default, validator=validators, metadata=metadata)
+
+
+def _path(instance, attribute) -> str:
+    section = getattr(type(instance), "SECTION", "")
+    return f"{section}.{attribute.name}" if section else attribute.name
+
+
+def _one_of(choices):
+    def check(instance, attribute, value):
+        if value not in choices:
+            allowed = ", ".join(choices)
+            raise ConfigError(_path(instance, attribute), f"{value!r} is not one of: {allowed}")
+
+    return check
+
+
+def _in_range(minimum, below):
+    def check(instance, attribute, value):
+        if value is None:
+            return
+        if minimum is not None and value < minimum:
+            raise ConfigError(_path(instance, attribute), f"must be >= {minimum}, got {value}")
+        if below is not None and value >= below:
+            raise ConfigError(_path(instance, attribute), f"must be < {below}, got {value}")
+
+    return check
+
+
+@attrs.define(kw_only=True)
+class ModelConfig:
+    """Shape of the GPT-like decoder."""
+
+    SECTION = "model"
+
+    vocab_size: int = setting(help="vocabulary size", unit="tokens", minimum=2)
+    d_model: int = setting(help="hidden size", unit="features", minimum=1)
+    n_heads: int = setting(help="attention heads per layer", minimum=1)
+    n_layers: int = setting(help="transformer blocks", minimum=1)
+    seq_len: int = setting(help="sequence length", unit="tokens", minimum=1)
+    mlp_ratio: int = setting(4, help="MLP hidden size as a multiple of d_model", minimum=1)
+    dropout: float = setting(0.0, help="dropout probability", minimum=0.0, below=1.0)
+    tie_embeddings: bool = setting(True, help="share input embedding and output head")
+
+    def __attrs_post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                "model.d_model",
+                f"{self.d_model} must be divisible by model.n_heads={self.n_heads}",
+            )
+
+
+@attrs.define(kw_only=True)
+class DataConfig:
+    """Synthetic token batches: deterministic in (seed, step, micro-step, dp rank)."""
+
+    SECTION = "data"
+
+    seed: int = setting(1234, help="seed of model init and synthetic data", minimum=0)
+    micro_batch_size: int = setting(
+        2, help="sequences per rank per micro-step", unit="sequences", minimum=1
+    )
+
+
+@attrs.define(kw_only=True)
+class TrainingConfig:
+    """The measured loop: warmup, measured steps, repeats, optimizer, precision."""
+
+    SECTION = "training"
+
+    steps: int = setting(10, help="measured steps per trial", unit="steps", minimum=1)
+    warmup_steps: int = setting(
+        2, help="steps run before measuring, excluded from metrics", unit="steps", minimum=0
+    )
+    repeat: int = setting(1, help="independent trials (fresh model, optimizer, data)", minimum=1)
+    grad_accum_steps: int = setting(
+        1, help="micro-batches accumulated per optimizer step", unit="micro-batches", minimum=1
+    )
+    lr: float = setting(3e-4, help="learning rate", minimum=0.0)
+    weight_decay: float = setting(0.0, help="weight decay", minimum=0.0)
+    optimizer: str = setting("adamw", help="optimizer", choices=OPTIMIZERS)
+    precision: str = setting("fp32", help="numeric precision of compute", choices=PRECISIONS)
+
+
+@attrs.define(kw_only=True)
+class LaunchConfig:
+    """Processes, rendezvous and devices; passed to torch's elastic launch API."""
+
+    SECTION = "launch"
+
+    nproc_per_node: int = setting(1, help="worker processes on this node", minimum=1)
+    nnodes: int = setting(1, help="nodes taking part", minimum=1)
+    node_rank: int = setting(0, help="rank of this node", minimum=0)
+    rdzv_endpoint: str = setting(
+        "", help="rendezvous HOST:PORT (empty: a free local port on one node)"
+    )
+    rdzv_id: str = setting("mtb", help="rendezvous id shared by every node")
+    max_restarts: int = setting(0, help="worker group restarts after a failure", minimum=0)
+    timeout_s: float = setting(1800.0, help="wall-clock limit of the launch", unit="s", minimum=1,
+                              flag="--timeout")
+    device: str = setting("auto", help="device type (auto: cuda if present)", choices=DEVICES)
+    backend: str = setting(
+        "auto", help="process-group backend (auto: nccl on cuda, gloo on cpu)", choices=BACKENDS
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def __attrs_post_init__(self):
+        if self.node_rank >= self.nnodes:
+            raise ConfigError("launch.node_rank", f"must be < launch.nnodes={self.nnodes}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError("launch.rdzv_endpoint", "HOST:PORT is required when nnodes > 1")
+
+
+@attrs.define(kw_only=True)
+class RunConfig:
+    """Everything one ``mtb run`` needs; stored whole in its result."""
+
+    strategy: str = setting("single", help="training strategy (see `mtb plugins`)")
+    preset: str = setting("small", help="model preset", choices=tuple(PRESETS))
+    output: str | None = setting(None, help="result JSON path (default: results/run-*.json)")
+    peak_tflops: float | None = setting(
+        None, help="peak of one device for MFU (default: GPU table or measured CPU matmul)",
+        unit="TFLOP/s", minimum=0.0,
+    )
+    model: ModelConfig = attrs.field(metadata={"section": True})
+    data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})
+    training: TrainingConfig = attrs.field(factory=TrainingConfig, metadata={"section": True})
+    launch: LaunchConfig = attrs.field(factory=LaunchConfig, metadata={"section": True})
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfig,
+            "launch": LaunchConfig}
+
+# The fields that define the workload: a result or checkpoint is comparable
+# with another only when these agree.
+FINGERPRINT_FIELDS = ("strategy", "model", "data", "training.grad_accum_steps",
+                      "training.optimizer", "training.precision", "training.lr",
+                      "training.weight_decay")
+
+
+def _structure_int(value, _type):
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _structure_float(value, _type):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _structure_bool(value, _type):
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _structure_str(value, _type):
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(int, _structure_int)
+    conv.register_structure_hook(float, _structure_float)
+    conv.register_structure_hook(bool, _structure_bool)
+    conv.register_structure_hook(str, _structure_str)
+    return conv
+
+
+converter = _make_converter()
+
+
+def _check_keys(raw: dict, cls, where: str) -> None:
+    allowed = [f.name for f in attrs.fields(cls)]
+    for key in raw:
+        if key not in allowed:
+            name = f"{where}.{key}" if where else key
+            raise ConfigError(name, f"unknown key; allowed: {', '.join(allowed)}")
+
+
+def _leaf_error(error: BaseException, path: str) -> ConfigError:
+    """The first leaf of a cattrs validation error, as a ConfigError naming the field."""
+    if isinstance(error, ConfigError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        sub = error.exceptions[0]
+        notes = [n for n in getattr(sub, "__notes__", []) if hasattr(n, "name")]
+        name = str(notes[0].name) if notes else ""
+        return _leaf_error(sub, f"{path}.{name}" if path and name else path or name)
+    return ConfigError(path or "config", str(error))
+
+
+def structure(raw: dict) -> RunConfig:
+    """Build a validated RunConfig from a complete dict, or raise one ConfigError."""
+    _check_keys(raw, RunConfig, "")
+    for section, cls in SECTIONS.items():
+        value = raw.get(section, {})
+        if not isinstance(value, dict):
+            raise ConfigError(section, "must be a table of settings")
+        _check_keys(value, cls, section)
+    try:
+        return converter.structure(raw, RunConfig)
+    except ConfigError:
+        raise
+    except Exception as error:  # cattrs wraps field errors in exception groups
+        raise _leaf_error(error, "") from None
+
+
+def resolve(file_values: dict | None = None, flags: dict | None = None) -> RunConfig:
+    """Merge preset, TOML values and flags (later wins) into a RunConfig.
+
+    ``flags`` has the same shape as the TOML file: top-level keys and one dict
+    per section; None values mean "not given".
+    """
+    file_values = dict(file_values or {})
+    flags = _drop_none(flags or {})
+    _check_keys(file_values, RunConfig, "")
+    preset = flags.get("preset", file_values.get("preset", "small"))
+    if preset not in PRESETS:
+        raise ConfigError("preset", f"{preset!r} is not one of: {', '.join(PRESETS)}")
+    merged: dict[str, Any] = {**file_values, **{k: v for k, v in flags.items()
+                                                if k not in SECTIONS}}
+    merged["preset"] = preset
+    for section in SECTIONS:
+        base = dict(PRESETS[preset]) if section == "model" else {}
+        from_file = file_values.get(section, {})
+        if not isinstance(from_file, dict):
+            raise ConfigError(section, "must be a table of settings")
+        merged[section] = {**base, **from_file, **flags.get(section, {})}
+    return structure(merged)
+
+
+def _drop_none(flags: dict) -> dict:
+    out = {}
+    for key, value in flags.items():
+        if isinstance(value, dict):
+            out[key] = {k: v for k, v in value.items() if v is not None}
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def load_toml(path: str) -> dict:
+    """Read a TOML run file; a syntax error is a one-line ConfigError."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as error:
+        raise ConfigError("--config", f"cannot read {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError("--config", f"{path} is not valid TOML: {error}") from None
+
+
+def to_dict(config: RunConfig) -> dict:
+    return converter.unstructure(config)
+
+
+def to_toml(config: RunConfig) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(_drop_nulls(to_dict(config)))
+
+
+def _drop_nulls(value):
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _select(doc: dict, dotted: str):
+    for part in dotted.split("."):
+        doc = doc[part]
+    return doc
+
+
+def fingerprint(config: RunConfig) -> str:
+    """SHA256 over the workload-defining fields (FINGERPRINT_FIELDS)."""
+    doc = to_dict(config)
+    covered = {name: _select(doc, name) for name in FINGERPRINT_FIELDS}
+    canonical = json.dumps(covered, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

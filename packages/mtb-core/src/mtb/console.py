@@ -1,0 +1,60 @@
+"""What a run prints: progress on stderr, the summary table on stdout."""
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+stdout = Console(highlight=False)
+stderr = Console(stderr=True, highlight=False)
+
+
+def _fmt(stat: dict, scale: float = 1.0, digits: int = 1) -> str:
+    if not stat or stat.get("mean") is None:
+        return "n/a"
+    text = f"{stat['mean'] * scale:,.{digits}f}"
+    if stat["n"] > 1:
+        text += f" ± {stat['std'] * scale:,.{digits}f}"
+    return text + (" (noisy)" if stat.get("noisy") else "")
+
+
+def _bytes(stat: dict) -> str:
+    if not stat or stat.get("mean") is None:
+        return "n/a"
+    return f"{stat['mean'] / 2**20:,.1f} MiB"
+
+
+def summary_table(document: dict) -> Table:
+    """The headline numbers of one train result."""
+    cfg, env, summary = document["config"], document["environment"], document["summary"]
+    runs = "single run" if summary["single_run"] else f"{summary['trials']} trials, mean ± std"
+    table = Table(title=f"mtb run: {cfg['strategy']}, preset {cfg['preset']} ({runs})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("world size", str(env["world_size"])),
+        ("device / backend", f"{env['device']} / {env['backend'] or 'none'}"),
+        ("precision", cfg["training"]["precision"]),
+        ("parameters", f"{document['model']['parameters'] / 1e6:,.2f} M"),
+        ("tokens/s (global)", _fmt(summary["tokens_per_s"])),
+        ("tokens/s per device", _fmt(summary["tokens_per_s_per_device"])),
+        ("step ms", _fmt(summary["step_ms"], digits=2)),
+        ("  data ms", _fmt(summary["data_ms"], digits=2)),
+        ("  forward+backward ms", _fmt(summary["forward_backward_ms"], digits=2)),
+        ("  optimizer ms", _fmt(summary["optimizer_ms"], digits=2)),
+        ("MFU %", _fmt(summary["mfu"], scale=100.0, digits=2)),
+        ("peak RSS per rank", _bytes(summary["peak_rss_bytes"])),
+        ("model state per rank", _bytes(summary["model_state_bytes_per_rank"])),
+        ("final loss", _fmt(summary["final_loss"], digits=4)),
+    ]
+    if "cuda_max_allocated_bytes" in summary:
+        rows.append(("CUDA max allocated", _bytes(summary["cuda_max_allocated_bytes"])))
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def progress_line(text: str) -> None:
+    """A progress message on stderr (never mixed into stdout's table)."""
+    stderr.print(text)
+    sys.stderr.flush()

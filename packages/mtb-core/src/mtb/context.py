@@ -1,0 +1,36 @@
+"""What a worker knows about itself while it runs: config, ranks, device."""
+
+import attrs
+
+from mtb.config import RunConfig
+
+
+@attrs.define
+class RunContext:
+    """Passed to strategies and observer hooks; one per worker process."""
+
+    config: RunConfig
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: object = None  # torch.device; kept untyped so this module needs no torch
+    backend: str | None = None
+    trial: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        """True when a process group is initialised (even with one rank)."""
+        return self.backend is not None
+
+    @property
+    def dp_rank(self) -> int:
+        """Data-parallel rank: every strategy in core is pure data parallel."""
+        return self.rank
+
+    @property
+    def dp_world_size(self) -> int:
+        return self.world_size
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0

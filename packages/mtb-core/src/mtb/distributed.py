@@ -1,0 +1,80 @@
+"""Process-group set-up and tear-down for one worker, and small gather helpers."""
+
+import datetime as dt
+import os
+
+import attrs
+import torch
+import torch.distributed as dist
+
+from mtb.context import RunContext
+from mtb.errors import UsageError
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a worker that torchrun or our launcher started."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "WORLD_SIZE"} <= os.environ.keys()
+
+
+def resolve_device_type(requested: str) -> str:
+    cuda = torch.cuda.is_available()
+    if requested == "auto":
+        return "cuda" if cuda else "cpu"
+    if requested == "cuda" and not cuda:
+        raise UsageError("launch.device: 'cuda' requested but no CUDA device is available")
+    return requested
+
+
+def resolve_backend(requested: str, device_type: str) -> str:
+    if requested == "auto":
+        return "nccl" if device_type == "cuda" else "gloo"
+    if requested == "nccl" and device_type != "cuda":
+        raise UsageError("launch.backend: 'nccl' needs launch.device cuda; use gloo on cpu")
+    return requested
+
+
+def _effective_launch(config):
+    """Record the world torchrun actually gave us in the stored config."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    launch = attrs.evolve(config.launch, nproc_per_node=local, nnodes=max(1, world // local),
+                          node_rank=int(os.environ.get("GROUP_RANK", 0)))
+    return attrs.evolve(config, launch=launch)
+
+
+def setup(config) -> RunContext:
+    """Choose the device and, inside a launched worker, join the process group."""
+    device_type = resolve_device_type(config.launch.device)
+    if not launched_by_torchrun():
+        return RunContext(config, device=torch.device(device_type))
+    config = _effective_launch(config)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(device_type, local_rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = resolve_backend(config.launch.backend, device_type)
+    dist.init_process_group(backend, timeout=dt.timedelta(seconds=config.launch.timeout_s),
+                            device_id=device if device.type == "cuda" else None)
+    return RunContext(config, rank=rank, local_rank=local_rank,
+                      world_size=dist.get_world_size(), device=device, backend=backend)
+
+
+def teardown(context: RunContext) -> None:
+    """Barrier, then destroy the group: exiting right after collectives can abort gloo."""
+    if context.distributed and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def gather(context: RunContext, value) -> list:
+    """Every rank's ``value``, ordered by rank (a one-element list without a group)."""
+    if not context.distributed:
+        return [value]
+    gathered = [None] * context.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def barrier(context: RunContext) -> None:
+    if context.distributed:
+        dist.barrier()

@@ -1,0 +1,124 @@
+"""The engine a strategy returns: forward, backward, optimizer step, state.
+
+``Engine`` implements the contract for a plain module and optimizer, with
+autocast for bf16/fp16 and a gradient scaler for fp16; strategies that wrap
+the model (DDP, FSDP) subclass it and override only what differs.
+"""
+
+import contextlib
+
+import attrs
+import torch
+
+from mtb.data import Batch
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@attrs.define
+class StepInfo:
+    """What an optimizer step reports back to the trainer."""
+
+    grad_norm: float | None = None
+    clipped: bool = False
+    skipped: bool = False
+
+
+@attrs.define
+class ModelStateBytes:
+    """Bytes of model state held by this rank (local shards only)."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer_state
+
+
+def make_optimizer(params, training) -> torch.optim.Optimizer:
+    """The optimizer the training config names, over ``params``."""
+    if training.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=training.lr, weight_decay=training.weight_decay)
+    return torch.optim.AdamW(params, lr=training.lr, weight_decay=training.weight_decay)
+
+
+def local_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of the part of ``tensor`` stored on this rank (DTensor: its local shard)."""
+    to_local = getattr(tensor, "to_local", None)
+    local = to_local() if callable(to_local) else tensor
+    return local.numel() * local.element_size()
+
+
+def _unique(tensors):
+    seen = set()
+    for tensor in tensors:
+        if tensor is not None and id(tensor) not in seen:
+            seen.add(id(tensor))
+            yield tensor
+
+
+class Engine:
+    """A model and its optimizer, driven by the trainer one micro-batch at a time."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, context):
+        self.model = model
+        self.optimizer = optimizer
+        self.context = context
+        self.precision = context.config.training.precision
+        self.device_type = context.device.type
+        self.scaler = torch.amp.GradScaler(self.device_type) if self.precision == "fp16" else None
+
+    def autocast(self):
+        dtype = AUTOCAST_DTYPES.get(self.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=dtype)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        with self.autocast():
+            return self.model(batch.inputs, batch.targets)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def sync_context(self, is_last_micro_batch: bool):
+        """Context for one micro-batch; data-parallel engines skip gradient sync in it."""
+        return contextlib.nullcontext()
+
+    def optimizer_step(self) -> StepInfo:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            scale = self.scaler.get_scale()
+            self.scaler.update()
+            skipped = self.scaler.get_scale() < scale
+        else:
+            self.optimizer.step()
+            skipped = False
+        self.zero_grad()
+        return StepInfo(skipped=skipped)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def model_state_bytes(self) -> ModelStateBytes:
+        """Exact bytes of parameters, gradients and optimizer state on this rank."""
+        params = list(_unique(self.model.parameters()))
+        grads = list(_unique(p.grad for p in params))
+        state = [value for entry in self.optimizer.state.values() for value in entry.values()
+                 if isinstance(value, torch.Tensor)]
+        return ModelStateBytes(
+            parameters=sum(local_bytes(p) for p in params),
+            gradients=sum(local_bytes(g) for g in grads),
+            optimizer_state=sum(local_bytes(t) for t in _unique(state)),
+        )

@@ -1,0 +1,155 @@
+"""Start the workers of a run: in-process for one rank, torch's elastic launch for more.
+
+Every launch has a wall-clock limit; when workers fail or time out the
+launcher reports the failing rank on one line and leaves a result document
+with the failure, so no run disappears without a trace.
+"""
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import attrs
+
+from mtb import config as config_mod
+from mtb import provenance
+from mtb.errors import RunFailed
+from mtb.results import failure_document
+
+
+class LaunchTimeout(Exception):
+    """The launch ran past launch.timeout_s."""
+
+
+def default_output(strategy: str) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return str(Path("results") / f"run-{stamp}-{strategy}.json")
+
+
+def with_output(config):
+    """The config with its result path filled in (the launcher decides it once)."""
+    return config if config.output else attrs.evolve(config, output=default_output(config.strategy))
+
+
+def preflight(config, pm) -> None:
+    """Refuse an impossible run with one line before any worker starts."""
+    from mtb.distributed import resolve_backend, resolve_device_type
+
+    strategy = pm.registry("strategy").get(config.strategy)
+    device_type = resolve_device_type(config.launch.device)
+    resolve_backend(config.launch.backend, device_type)
+    strategy.check(config, device_type)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """Raise LaunchTimeout in the main thread after ``seconds`` (SIGALRM)."""
+    def expire(signum, frame):
+        raise LaunchTimeout(f"launch exceeded launch.timeout_s={seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _quiet_elastic_logs() -> None:
+    if os.environ.get("MTB_DEBUG"):
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _elastic_config(config, log_dir: str):
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    launch = config.launch
+    endpoint = launch.rdzv_endpoint or f"127.0.0.1:{_free_port()}"
+    return LaunchConfig(
+        min_nodes=launch.nnodes, max_nodes=launch.nnodes,
+        nproc_per_node=launch.nproc_per_node, run_id=launch.rdzv_id,
+        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        rdzv_configs={"is_host": launch.node_rank == 0, "rank": launch.node_rank},
+        rdzv_timeout=int(launch.timeout_s), max_restarts=launch.max_restarts,
+        monitor_interval=0.1, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+    )
+
+
+def _failure_message(error) -> str:
+    rank, failure = error.get_first_failure()
+    message = failure.message or ""
+    if not message or message.startswith("To enable traceback"):
+        message = f"exit code {failure.exitcode}"
+    return f"rank {rank} failed: {message.splitlines()[0]}"
+
+
+def spawn(config) -> None:
+    """Run the workers through torch's elastic launch API and wait for them."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    os.environ.setdefault(provenance.COMMAND_LINE_VARIABLE, provenance.command_line())
+    with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
+        config_path = Path(tmp) / "config.json"
+        config_path.write_text(json.dumps(config_mod.to_dict(config)))
+        launch_config = _elastic_config(config, str(Path(tmp) / "logs"))
+        _quiet_elastic_logs()
+        try:
+            with deadline(config.launch.timeout_s):
+                elastic_launch(launch_config, sys.executable)("-m", "mtb.worker", str(config_path))
+        except ChildFailedError as error:
+            raise RunFailed(_failure_message(error)) from None
+
+
+def record_failure(config, pm, status: str, message: str) -> None:
+    """Leave a failed-run document at the result path unless a worker wrote one."""
+    from mtb.worker import plugin_list, write_result
+
+    path = Path(config.output)
+    if path.exists() and json.loads(path.read_text()).get("status") == "ok":
+        return
+    plugins = plugin_list(pm)
+    prov = {**provenance.collect(plugins), "end_utc": provenance.utc_now()}
+    write_result(pm, failure_document(status, message, config, plugins, prov), str(path))
+
+
+def launch(config, pm) -> dict | None:
+    """Run ``config``: in this process for one rank or under torchrun, else spawn workers."""
+    from mtb import worker
+    from mtb.distributed import launched_by_torchrun
+
+    config = with_output(config)
+    if launched_by_torchrun():
+        return worker.run(config, pm)
+    preflight(config, pm)
+    if config.launch.world_size == 1:
+        return worker.run(config, pm)
+    try:
+        spawn(config)
+    except LaunchTimeout as error:
+        record_failure(config, pm, "timeout", str(error))
+        raise RunFailed(str(error)) from None
+    except RunFailed as error:
+        record_failure(config, pm, "failed", str(error))
+        raise
+    return json.loads(Path(config.output).read_text())
+

@@ -1,0 +1,95 @@
+"""Metric records and their arithmetic: summaries, throughput, MFU.
+
+Definitions follow DESIGN: a step's time is the max across ranks, warmup
+steps are excluded, tokens/s is global tokens per step over step time, MFU
+uses PaLM's FLOPs per token over the peak of the device.
+"""
+
+import math
+import statistics
+
+import attrs
+
+NOISY_CV = 0.05
+
+
+@attrs.define
+class StepMetrics:
+    """One rank's timings and loss for one optimizer step."""
+
+    step: int
+    warmup: bool
+    data_ms: float
+    forward_backward_ms: float
+    optimizer_ms: float
+    step_ms: float
+    loss: float
+    tokens: int
+
+
+def summarize(values: list[float]) -> dict:
+    """mean, std (sample), min, p50, max, cv and the noisy flag of one series."""
+    if not values:
+        return {"n": 0, "mean": None, "std": None, "min": None, "p50": None, "max": None,
+                "cv": None, "noisy": False}
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    cv = std / mean if mean else 0.0
+    return {"n": len(values), "mean": mean, "std": std, "min": min(values),
+            "p50": statistics.median(values), "max": max(values), "cv": cv,
+            "noisy": cv > NOISY_CV}
+
+
+def max_across_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Element-wise max over ranks: the time of each step as the slowest rank saw it."""
+    return [max(values) for values in zip(*per_rank, strict=True)]
+
+
+def tokens_per_second(tokens_per_step: int, step_ms: list[float]) -> float:
+    """Global tokens/s over the measured steps (total tokens / total time)."""
+    total_s = sum(step_ms) / 1000.0
+    return tokens_per_step * len(step_ms) / total_s if total_s > 0 else math.nan
+
+
+def mfu(tokens_per_s_per_device: float, flops_per_token: int, peak_flops: float | None):
+    """Model FLOPs utilisation in [0, 1]; None when the peak is unknown."""
+    if not peak_flops:
+        return None
+    return tokens_per_s_per_device * flops_per_token / peak_flops
+
+
+# Dense (non-sparse) peak TFLOP/s per GPU model and compute dtype.
+GPU_PEAK_TFLOPS = {
+    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0},
+    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+    "L40S": {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6},
+    "A10": {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2},
+    "V100": {"bf16": None, "fp16": 125.0, "fp32": 15.7},
+}
+
+
+def gpu_peak_flops(device_name: str, precision: str) -> float | None:
+    """Peak FLOP/s of a GPU model from the table, matching the longest key first."""
+    for key in sorted(GPU_PEAK_TFLOPS, key=len, reverse=True):
+        if key in device_name:
+            tflops = GPU_PEAK_TFLOPS[key].get(precision)
+            return tflops * 1e12 if tflops else None
+    return None
+
+
+def measure_cpu_matmul_flops(size: int = 1024, repeats: int = 5) -> float:
+    """Best-of-N FLOP/s of an fp32 square matmul on this process's CPU threads."""
+    import time
+
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # first call allocates and warms the kernel
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best

@@ -1,0 +1,125 @@
+"""A GPT-like decoder: pre-LayerNorm blocks, causal SDPA attention, GELU MLP.
+
+The same module is what every strategy wraps, so its shape alone decides the
+FLOPs and parameter counts used for MFU (see ``flops_per_token``).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mtb.config import ModelConfig
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        shape = (batch, seq, self.n_heads, width // self.n_heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden = cfg.mlp_ratio * cfg.d_model
+        self.fc = nn.Linear(cfg.d_model, hidden)
+        self.proj = nn.Linear(hidden, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """One transformer block; strategies wrap or shard at this granularity."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    """Token + learned position embeddings, N blocks, final LayerNorm, LM head."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        residual_std = 0.02 / math.sqrt(2 * cfg.n_layers)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.proj.weight, std=residual_std)
+            nn.init.normal_(block.mlp.proj.weight, std=residual_std)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None):
+        """Logits, or the mean next-token cross-entropy when targets are given."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """Trainable parameters, computed from the shape (tied weights counted once)."""
+    d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
+    attention = 3 * d * d + 3 * d + d * d + d
+    mlp = d * hidden + hidden + hidden * d + d
+    block = attention + mlp + 4 * d
+    head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+    return cfg.vocab_size * d + cfg.seq_len * d + cfg.n_layers * block + 2 * d + head
+
+
+def matmul_parameter_count(cfg: ModelConfig) -> int:
+    """Weights that take part in a matmul per token: block linears and the LM head."""
+    d = cfg.d_model
+    return cfg.n_layers * (4 * d * d + 2 * cfg.mlp_ratio * d * d) + cfg.vocab_size * d
+
+
+def flops_per_token(cfg: ModelConfig) -> int:
+    """Training FLOPs per token, PaLM's formula as torchtitan computes it.
+
+    6 x matmul parameters (forward + backward) plus 12 x layers x heads x
+    head_dim x seq for the attention score and value matmuls, without a
+    discount for the causal mask.
+    """
+    head_dim = cfg.d_model // cfg.n_heads
+    attention = 12 * cfg.n_layers * cfg.n_heads * head_dim * cfg.seq_len
+    return 6 * matmul_parameter_count(cfg) + attention

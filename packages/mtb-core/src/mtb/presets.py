@@ -1,0 +1,13 @@
+"""Model presets: named GPT shapes from a test-sized model to a 2.6B stress model.
+
+Parameter counts (tied embeddings, learned positions, biases, LayerNorms):
+tiny 0.03M, small 23.2M, medium 168.5M, large 731.1M, stress 2.60B.
+"""
+
+PRESETS: dict[str, dict] = {
+    "tiny": {"vocab_size": 256, "d_model": 32, "n_heads": 2, "n_layers": 2, "seq_len": 32},
+    "small": {"vocab_size": 8192, "d_model": 512, "n_heads": 8, "n_layers": 6, "seq_len": 256},
+    "medium": {"vocab_size": 16384, "d_model": 1024, "n_heads": 16, "n_layers": 12, "seq_len": 512},
+    "large": {"vocab_size": 32768, "d_model": 1536, "n_heads": 16, "n_layers": 24, "seq_len": 512},
+    "stress": {"vocab_size": 32768, "d_model": 2560, "n_heads": 32, "n_layers": 32, "seq_len": 1024},
+}

@@ -1,0 +1,112 @@
+"""Provenance: enough about code, software, hardware and image to reproduce a result."""
+
+import datetime as dt
+import os
+import platform
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+# Variables a container image sets to identify itself (see docker/).
+IMAGE_VARIABLES = ("MTB_IMAGE_REVISION", "MTB_IMAGE_NAME", "MTB_IMAGE_DIGEST",
+                   "MTB_BASE_IMAGE", "MTB_IMAGE_CREATED")
+COMMAND_LINE_VARIABLE = "MTB_COMMAND_LINE"
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    if shutil.which("git") is None:
+        return None
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_info(start: Path | None = None) -> dict:
+    """Revision and dirty flag of the checkout holding mtb (or the cwd), if any."""
+    for where in (start or Path(__file__).resolve().parent, Path.cwd()):
+        revision = _git(["rev-parse", "HEAD"], where)
+        if revision:
+            status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+            root = _git(["rev-parse", "--show-toplevel"], where)
+            return {"revision": revision, "dirty": bool(status), "root": root}
+    return {"revision": None, "dirty": None, "root": None}
+
+
+def command_line() -> str:
+    """The user's command: the launcher passes its own argv to workers."""
+    argv = [Path(sys.argv[0]).name, *sys.argv[1:]]
+    return os.environ.get(COMMAND_LINE_VARIABLE) or " ".join(shlex.quote(a) for a in argv)
+
+
+def cpu_info() -> dict:
+    model = platform.processor() or None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"model": model, "logical_cores": os.cpu_count(), "machine": platform.machine()}
+
+
+def _nvidia_driver() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+def torch_info() -> dict:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "nccl": None,
+        "gpus": [],
+        "gpu_driver": None,
+    }
+    if cuda:
+        nccl = torch.cuda.nccl.version()
+        info["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["gpu_driver"] = _nvidia_driver()
+    return info
+
+
+def image_info() -> dict:
+    return {name: os.environ.get(name) for name in IMAGE_VARIABLES}
+
+
+def collect(plugins: list[dict]) -> dict:
+    """The provenance block of a result document (start and end are added by the caller)."""
+    return {
+        "git": git_info(),
+        "command": command_line(),
+        "python": platform.python_version(),
+        **torch_info(),
+        "cpu": cpu_info(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "plugins": plugins,
+        "image": image_info(),
+    }

@@ -1,0 +1,1 @@
+"""Reporters that ship with mtb-core."""

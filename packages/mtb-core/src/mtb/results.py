@@ -1,0 +1,138 @@
+"""Result documents: the JSON every command run leaves behind.
+
+Per-rank raw numbers are kept; each step's time is reduced as the max across
+ranks, and trials are summarised (mean, std, min, p50, max, CV). Nothing is
+averaged across different configs.
+"""
+
+import math
+
+import attrs
+import cattrs
+
+from mtb import config as config_mod
+from mtb.metrics import max_across_ranks, mfu, summarize, tokens_per_second
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
+PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms", "step_ms")
+
+
+@attrs.define
+class RankTrial:
+    """One rank's view of one trial inside a result document."""
+
+    rank: int
+    hostname: str
+    step_ms: list[float]
+    loss: list[float]
+    model_state_bytes: dict
+    memory: dict
+
+
+@attrs.define
+class Trial:
+    """One independent repetition: per-step values reduced across ranks."""
+
+    trial: int
+    tokens_per_step: int
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    mfu: float | None
+    steps: list[dict]
+    per_rank: list[RankTrial]
+
+
+@attrs.define
+class RunResult:
+    """The train result document; ``to_document`` gives the JSON-ready dict."""
+
+    kind: str
+    schema_version: int
+    status: str
+    error: str | None
+    config: dict
+    config_fingerprint: str
+    plugins: list[dict]
+    provenance: dict
+    environment: dict
+    model: dict
+    trials: list[Trial]
+    summary: dict
+
+
+result_converter = cattrs.Converter()
+
+
+def _finite(value):
+    """JSON has no NaN or infinity: such values become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_document(result: RunResult) -> dict:
+    return _finite(result_converter.unstructure(result))
+
+
+def from_document(document: dict) -> RunResult:
+    return result_converter.structure(document, RunResult)
+
+
+def reduce_trial(index: int, ranks: list, hostnames: list[str], world_size: int,
+                 flops_per_token: int, peak_flops: float | None) -> Trial:
+    """Combine every rank's record of one trial (``ranks`` ordered by rank)."""
+    measured = [[s for s in record.steps if not s.warmup] for record in ranks]
+    per_phase = {phase: max_across_ranks([[getattr(s, phase) for s in steps]
+                                          for steps in measured]) for phase in PHASES}
+    losses = [[s.loss for s in steps] for steps in measured]
+    mean_loss = [sum(values) / len(values) for values in zip(*losses, strict=True)]
+    tokens_per_step = sum(steps[0].tokens for steps in measured)
+    rate = tokens_per_second(tokens_per_step, per_phase["step_ms"])
+    steps = [{"step": s.step, "loss": mean_loss[i],
+              **{phase: per_phase[phase][i] for phase in PHASES}}
+             for i, s in enumerate(measured[0])]
+    per_rank = [RankTrial(r.rank, hostnames[r.rank], [s.step_ms for s in measured[r.rank]],
+                          losses[r.rank], r.model_state_bytes, r.memory) for r in ranks]
+    return Trial(index, tokens_per_step, rate, rate / world_size,
+                 mfu(rate / world_size, flops_per_token, peak_flops), steps, per_rank)
+
+
+def summarize_trials(trials: list[Trial]) -> dict:
+    """Across-trial statistics of the headline numbers; a single run says so."""
+    def series(get):
+        return summarize([v for v in (get(t) for t in trials) if v is not None])
+
+    summary = {
+        "trials": len(trials),
+        "single_run": len(trials) == 1,
+        "tokens_per_s": series(lambda t: t.tokens_per_s),
+        "tokens_per_s_per_device": series(lambda t: t.tokens_per_s_per_device),
+        "mfu": series(lambda t: t.mfu),
+        "final_loss": series(lambda t: t.steps[-1]["loss"]),
+        "peak_rss_bytes": series(lambda t: max(r.memory["peak_rss_bytes"] for r in t.per_rank)),
+        "model_state_bytes_per_rank": series(
+            lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)),
+    }
+    for phase in PHASES:
+        summary[phase] = series(lambda t, p=phase: sum(s[p] for s in t.steps) / len(t.steps))
+    if "cuda_max_allocated_bytes" in trials[0].per_rank[0].memory:
+        summary["cuda_max_allocated_bytes"] = series(
+            lambda t: max(r.memory["cuda_max_allocated_bytes"] for r in t.per_rank))
+        summary["cuda_max_reserved_bytes"] = series(
+            lambda t: max(r.memory["cuda_max_reserved_bytes"] for r in t.per_rank))
+    return summary
+
+
+def failure_document(status: str, error: str, config, plugins: list[dict],
+                     provenance: dict) -> dict:
+    """A result for a run that produced no numbers, so the failure is never lost."""
+    return to_document(RunResult(
+        kind="train", schema_version=SCHEMA_VERSION, status=status, error=error,
+        config=config_mod.to_dict(config), config_fingerprint=config_mod.fingerprint(config),
+        plugins=plugins, provenance=provenance, environment={}, model={}, trials=[],
+        summary={}))

@@ -1,0 +1,1 @@
+"""Strategies that ship with mtb-core."""

@@ -1,0 +1,60 @@
+"""The strategy contract: what a plugin registers to train the workload its way.
+
+This module stays free of torch so that registering (and listing) strategies
+is cheap; ``setup`` is where a strategy imports what it needs.
+"""
+
+from importlib.util import find_spec
+
+from mtb.errors import UsageError
+
+
+class Strategy:
+    """Base class for registered strategies; override ``setup``.
+
+    Class attributes describe what the strategy needs so core can refuse an
+    impossible run with one line before any process starts.
+    """
+
+    name: str = ""
+    description: str = ""
+    #: device types it can train on
+    device_types: tuple[str, ...] = ("cpu", "cuda")
+    #: precisions it supports per device type
+    precisions: dict[str, tuple[str, ...]] = {"cpu": ("fp32", "bf16"),
+                                             "cuda": ("fp32", "bf16", "fp16")}
+    #: largest world size it can run at (None: any)
+    max_world_size: int | None = None
+    #: importable modules it needs beyond mtb-core, and how to install them
+    requires: tuple[str, ...] = ()
+    install_hint: str = ""
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable, else which modules are missing and the install hint."""
+        missing = [module for module in self.requires if find_spec(module) is None]
+        if not missing:
+            return None
+        hint = f"; install with: {self.install_hint}" if self.install_hint else ""
+        return f"needs {', '.join(missing)}{hint}"
+
+    def check(self, config, device_type: str) -> None:
+        """Raise UsageError when this strategy cannot run ``config`` on ``device_type``."""
+        world = config.launch.world_size
+        if self.max_world_size is not None and world > self.max_world_size:
+            raise UsageError(
+                f"strategy {self.name!r} runs on at most {self.max_world_size} process(es), "
+                f"got a world size of {world}; choose a distributed strategy"
+            )
+        if device_type not in self.device_types:
+            raise UsageError(f"strategy {self.name!r} does not run on {device_type}; "
+                             f"supported: {', '.join(self.device_types)}")
+        allowed = self.precisions.get(device_type, ())
+        if config.training.precision not in allowed:
+            raise UsageError(
+                f"training.precision: {config.training.precision!r} is not supported by "
+                f"strategy {self.name!r} on {device_type}; allowed: {', '.join(allowed)}"
+            )
+
+    def setup(self, model, make_optimizer, context):
+        """Wrap ``model``, build its optimizer and return an :class:`mtb.engine.Engine`."""
+        raise NotImplementedError

@@ -1,0 +1,162 @@
+"""One worker process of ``mtb run``: train, gather, and (rank 0) write the result.
+
+Launched workers are started as ``python -m mtb.worker CONFIG.json``; under a
+hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+
+from mtb import config as config_mod
+from mtb import distributed, provenance
+from mtb.errors import MtbError
+from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
+from mtb.model import flops_per_token, matmul_parameter_count, parameter_count
+from mtb.reporting import write_atomic
+from mtb.results import SCHEMA_VERSION, RunResult, reduce_trial, summarize_trials, to_document
+from mtb.trainer import Trainer
+
+
+def plugin_list(pm) -> list[dict]:
+    return [{"name": i.name, "distribution": i.distribution, "version": i.version}
+            for i in pm.plugin_infos()]
+
+
+def peak_flops(context) -> tuple[float | None, str]:
+    """This rank's device peak for MFU and where the figure came from."""
+    cfg = context.config
+    if cfg.peak_tflops:
+        return cfg.peak_tflops * 1e12, "user"
+    if context.device.type == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name(context.device)
+        peak = gpu_peak_flops(name, cfg.training.precision)
+        return peak, f"gpu-table:{name}" if peak else f"unknown-gpu:{name}"
+    return measure_cpu_matmul_flops(), "measured-cpu-matmul-fp32"
+
+
+@contextlib.contextmanager
+def step_progress(context):
+    """A rich progress bar over every step of every trial, on rank 0's stderr."""
+    if not context.is_main:
+        yield lambda metrics: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from mtb.console import stderr
+
+    training = context.config.training
+    total = training.repeat * (training.warmup_steps + training.steps)
+    columns = ("[progress.description]{task.description}", BarColumn(),
+               MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task("training", total=total)
+
+        def advance(metrics):
+            bar.update(task, advance=1,
+                       description=f"trial {context.trial + 1}/{training.repeat} "
+                                   f"loss {metrics.loss:.3f}")
+
+        yield advance
+
+
+def train(context, pm) -> list:
+    """Every trial on this rank; returns this rank's TrialRecords."""
+    strategy = pm.registry("strategy").get(context.config.strategy)
+    strategy.check(context.config, context.device.type)
+    trainer = Trainer(context, strategy, pm.hook)
+    with step_progress(context) as on_step:
+        return [trainer.run_trial(i, on_step) for i in range(context.config.training.repeat)]
+
+
+def assemble(context, pm, records_by_rank, peaks, started) -> dict:
+    """Rank 0: the result document from every rank's records."""
+    cfg = context.config
+    hostnames = [host for host, _ in peaks]
+    peak_values = [p for _, (p, _) in peaks]
+    peak = sum(peak_values) / len(peak_values) if None not in peak_values else None
+    fpt = flops_per_token(cfg.model)
+    trials = [reduce_trial(i, [records_by_rank[r][i] for r in range(context.world_size)],
+                           hostnames, context.world_size, fpt, peak)
+              for i in range(cfg.training.repeat)]
+    plugins = plugin_list(pm)
+    prov = {**provenance.collect(plugins), "start_utc": started, "end_utc": provenance.utc_now()}
+    environment = {"world_size": context.world_size, "device": str(context.device.type),
+                   "backend": context.backend, "hostnames": hostnames,
+                   "peak_flops_per_device": peak, "peak_flops_source": peaks[0][1][1],
+                   "peak_flops_per_rank": peak_values}
+    model = {"parameters": parameter_count(cfg.model),
+             "matmul_parameters": matmul_parameter_count(cfg.model), "flops_per_token": fpt}
+    result = RunResult(
+        kind="train", schema_version=SCHEMA_VERSION, status="ok", error=None,
+        config=config_mod.to_dict(cfg), config_fingerprint=config_mod.fingerprint(cfg),
+        plugins=plugins, provenance=prov, environment=environment, model=model,
+        trials=trials, summary=summarize_trials(trials))
+    return to_document(result)
+
+
+def write_result(pm, document: dict, path: str) -> None:
+    reporter = pm.registry("reporter").get("json")
+    write_atomic(path, reporter.render([document]))
+
+
+def run(config, pm) -> dict | None:
+    """Train on this process; rank 0 writes the result and returns it."""
+    context = distributed.setup(config)
+    try:
+        started = provenance.utc_now()
+        distributed.barrier(context)
+        peak = peak_flops(context)
+        records = train(context, pm)
+        records_by_rank = distributed.gather(context, records)
+        peaks = distributed.gather(context, (socket.gethostname(), peak))
+        if not context.is_main:
+            return None
+        document = assemble(context, pm, records_by_rank, peaks, started)
+        pm.hook.mtb_run_end(context=context, result=document)
+        write_result(pm, document, context.config.output)
+        from mtb.console import stdout, summary_table
+
+        stdout.print(summary_table(document))
+        stdout.print(f"result written to {context.config.output}")
+        return document
+    finally:
+        distributed.teardown(context)
+
+
+def _record_error(error: BaseException) -> None:
+    """One line on stderr and in torchelastic's error file, for the launcher to report."""
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if not isinstance(error, MtbError):
+        message = f"{type(error).__name__}: {message}"
+    print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        with open(error_file, "w", encoding="utf-8") as handle:
+            json.dump({"message": message, "timestamp": int(time.time())}, handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry of a launched worker: ``python -m mtb.worker CONFIG.json``."""
+    from mtb.plugins import get_plugin_manager
+
+    path = (argv or sys.argv[1:])[0]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = config_mod.structure(json.load(handle))
+        run(config, get_plugin_manager())
+    except Exception as error:
+        if os.environ.get("MTB_DEBUG"):
+            raise
+        _record_error(error)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
