@@ -33,7 +33,7 @@ class PhaseClock:
         if self.cuda:
             torch.cuda.synchronize()
         totals: dict[str, float] = {}
-        for (_, before), (name, after) in zip(self.marks, self.marks[1:]):
+        for (_, before), (name, after) in zip(self.marks, self.marks[1:], strict=False):
             elapsed = before.elapsed_time(after) if self.cuda else (after - before) * 1000.0
             totals[name] = totals.get(name, 0.0) + elapsed
         return totals

@@ -21,8 +21,17 @@ DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
-def setting(default=attrs.NOTHING, *, help: str, unit: str = "", choices=(), minimum=None,
-            below=None, flag: str = "", validator=None):
+def setting(
+    default=attrs.NOTHING,
+    *,
+    help: str,
+    unit: str = "",
+    choices=(),
+    minimum=None,
+    below=None,
+    flag: str = "",
+    validator=None,
+):
     """An attrs field with the metadata the CLI and docs are generated from."""
     validators = [v for v in (validator,) if v]
     if choices:
@@ -128,8 +137,9 @@ class LaunchConfig:
     )
     rdzv_id: str = setting("mtb", help="rendezvous id shared by every node")
     max_restarts: int = setting(0, help="worker group restarts after a failure", minimum=0)
-    timeout_s: float = setting(1800.0, help="wall-clock limit of the launch", unit="s", minimum=1,
-                              flag="--timeout")
+    timeout_s: float = setting(
+        1800.0, help="wall-clock limit of the launch", unit="s", minimum=1, flag="--timeout"
+    )
     device: str = setting("auto", help="device type (auto: cuda if present)", choices=DEVICES)
     backend: str = setting(
         "auto", help="process-group backend (auto: nccl on cuda, gloo on cpu)", choices=BACKENDS
@@ -154,8 +164,10 @@ class RunConfig:
     preset: str = setting("small", help="model preset", choices=tuple(PRESETS))
     output: str | None = setting(None, help="result JSON path (default: results/run-*.json)")
     peak_tflops: float | None = setting(
-        None, help="peak of one device for MFU (default: GPU table or measured CPU matmul)",
-        unit="TFLOP/s", minimum=0.0,
+        None,
+        help="peak of one device for MFU (default: GPU table or measured CPU matmul)",
+        unit="TFLOP/s",
+        minimum=0.0,
     )
     model: ModelConfig = attrs.field(metadata={"section": True})
     data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})
@@ -163,14 +175,25 @@ class RunConfig:
     launch: LaunchConfig = attrs.field(factory=LaunchConfig, metadata={"section": True})
 
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfig,
-            "launch": LaunchConfig}
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "training": TrainingConfig,
+    "launch": LaunchConfig,
+}
 
 # The fields that define the workload: a result or checkpoint is comparable
 # with another only when these agree.
-FINGERPRINT_FIELDS = ("strategy", "model", "data", "training.grad_accum_steps",
-                      "training.optimizer", "training.precision", "training.lr",
-                      "training.weight_decay")
+FINGERPRINT_FIELDS = (
+    "strategy",
+    "model",
+    "data",
+    "training.grad_accum_steps",
+    "training.optimizer",
+    "training.precision",
+    "training.lr",
+    "training.weight_decay",
+)
 
 
 def _structure_int(value, _type):
@@ -259,8 +282,10 @@ def resolve(file_values: dict | None = None, flags: dict | None = None) -> RunCo
     preset = flags.get("preset", file_values.get("preset", "small"))
     if preset not in PRESETS:
         raise ConfigError("preset", f"{preset!r} is not one of: {', '.join(PRESETS)}")
-    merged: dict[str, Any] = {**file_values, **{k: v for k, v in flags.items()
-                                                if k not in SECTIONS}}
+    merged: dict[str, Any] = {
+        **file_values,
+        **{k: v for k, v in flags.items() if k not in SECTIONS},
+    }
     merged["preset"] = preset
     for section in SECTIONS:
         base = dict(PRESETS[preset]) if section == "model" else {}

@@ -37,8 +37,12 @@ def _effective_launch(config):
     """Record the world torchrun actually gave us in the stored config."""
     world = int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    launch = attrs.evolve(config.launch, nproc_per_node=local, nnodes=max(1, world // local),
-                          node_rank=int(os.environ.get("GROUP_RANK", 0)))
+    launch = attrs.evolve(
+        config.launch,
+        nproc_per_node=local,
+        nnodes=max(1, world // local),
+        node_rank=int(os.environ.get("GROUP_RANK", 0)),
+    )
     return attrs.evolve(config, launch=launch)
 
 
@@ -53,10 +57,19 @@ def setup(config) -> RunContext:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = resolve_backend(config.launch.backend, device_type)
-    dist.init_process_group(backend, timeout=dt.timedelta(seconds=config.launch.timeout_s),
-                            device_id=device if device.type == "cuda" else None)
-    return RunContext(config, rank=rank, local_rank=local_rank,
-                      world_size=dist.get_world_size(), device=device, backend=backend)
+    dist.init_process_group(
+        backend,
+        timeout=dt.timedelta(seconds=config.launch.timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    return RunContext(
+        config,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=dist.get_world_size(),
+        device=device,
+        backend=backend,
+    )
 
 
 def teardown(context: RunContext) -> None:

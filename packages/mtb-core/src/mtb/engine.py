@@ -115,8 +115,12 @@ class Engine:
         """Exact bytes of parameters, gradients and optimizer state on this rank."""
         params = list(_unique(self.model.parameters()))
         grads = list(_unique(p.grad for p in params))
-        state = [value for entry in self.optimizer.state.values() for value in entry.values()
-                 if isinstance(value, torch.Tensor)]
+        state = [
+            value
+            for entry in self.optimizer.state.values()
+            for value in entry.values()
+            if isinstance(value, torch.Tensor)
+        ]
         return ModelStateBytes(
             parameters=sum(local_bytes(p) for p in params),
             gradients=sum(local_bytes(g) for g in grads),

@@ -29,7 +29,7 @@ class LaunchTimeout(Exception):
 
 
 def default_output(strategy: str) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return str(Path("results") / f"run-{stamp}-{strategy}.json")
 
 
@@ -57,6 +57,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def deadline(seconds: float):
     """Raise LaunchTimeout in the main thread after ``seconds`` (SIGALRM)."""
+
     def expire(signum, frame):
         raise LaunchTimeout(f"launch exceeded launch.timeout_s={seconds:g} s")
 
@@ -84,12 +85,17 @@ def _elastic_config(config, log_dir: str):
     launch = config.launch
     endpoint = launch.rdzv_endpoint or f"127.0.0.1:{_free_port()}"
     return LaunchConfig(
-        min_nodes=launch.nnodes, max_nodes=launch.nnodes,
-        nproc_per_node=launch.nproc_per_node, run_id=launch.rdzv_id,
-        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        min_nodes=launch.nnodes,
+        max_nodes=launch.nnodes,
+        nproc_per_node=launch.nproc_per_node,
+        run_id=launch.rdzv_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint=endpoint,
         rdzv_configs={"is_host": launch.node_rank == 0, "rank": launch.node_rank},
-        rdzv_timeout=int(launch.timeout_s), max_restarts=launch.max_restarts,
-        monitor_interval=0.1, start_method="spawn",
+        rdzv_timeout=int(launch.timeout_s),
+        max_restarts=launch.max_restarts,
+        monitor_interval=0.1,
+        start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
     )
 
@@ -152,4 +158,3 @@ def launch(config, pm) -> dict | None:
         record_failure(config, pm, "failed", str(error))
         raise
     return json.loads(Path(config.output).read_text())
-

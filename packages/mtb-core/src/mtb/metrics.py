@@ -30,14 +30,29 @@ class StepMetrics:
 def summarize(values: list[float]) -> dict:
     """mean, std (sample), min, p50, max, cv and the noisy flag of one series."""
     if not values:
-        return {"n": 0, "mean": None, "std": None, "min": None, "p50": None, "max": None,
-                "cv": None, "noisy": False}
+        return {
+            "n": 0,
+            "mean": None,
+            "std": None,
+            "min": None,
+            "p50": None,
+            "max": None,
+            "cv": None,
+            "noisy": False,
+        }
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else 0.0
     cv = std / mean if mean else 0.0
-    return {"n": len(values), "mean": mean, "std": std, "min": min(values),
-            "p50": statistics.median(values), "max": max(values), "cv": cv,
-            "noisy": cv > NOISY_CV}
+    return {
+        "n": len(values),
+        "mean": mean,
+        "std": std,
+        "min": min(values),
+        "p50": statistics.median(values),
+        "max": max(values),
+        "cv": cv,
+        "noisy": cv > NOISY_CV,
+    }
 
 
 def max_across_ranks(per_rank: list[list[float]]) -> list[float]:

@@ -9,5 +9,11 @@ PRESETS: dict[str, dict] = {
     "small": {"vocab_size": 8192, "d_model": 512, "n_heads": 8, "n_layers": 6, "seq_len": 256},
     "medium": {"vocab_size": 16384, "d_model": 1024, "n_heads": 16, "n_layers": 12, "seq_len": 512},
     "large": {"vocab_size": 32768, "d_model": 1536, "n_heads": 16, "n_layers": 24, "seq_len": 512},
-    "stress": {"vocab_size": 32768, "d_model": 2560, "n_heads": 32, "n_layers": 32, "seq_len": 1024},
+    "stress": {
+        "vocab_size": 32768,
+        "d_model": 2560,
+        "n_heads": 32,
+        "n_layers": 32,
+        "seq_len": 1024,
+    },
 }

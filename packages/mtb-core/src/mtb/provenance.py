@@ -11,21 +11,27 @@ import sys
 from pathlib import Path
 
 # Variables a container image sets to identify itself (see docker/).
-IMAGE_VARIABLES = ("MTB_IMAGE_REVISION", "MTB_IMAGE_NAME", "MTB_IMAGE_DIGEST",
-                   "MTB_BASE_IMAGE", "MTB_IMAGE_CREATED")
+IMAGE_VARIABLES = (
+    "MTB_IMAGE_REVISION",
+    "MTB_IMAGE_NAME",
+    "MTB_IMAGE_DIGEST",
+    "MTB_BASE_IMAGE",
+    "MTB_IMAGE_CREATED",
+)
 COMMAND_LINE_VARIABLE = "MTB_COMMAND_LINE"
 
 
 def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
     if shutil.which("git") is None:
         return None
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -66,7 +72,11 @@ def _nvidia_driver() -> str | None:
     try:
         done = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False)
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.strip().splitlines()

@@ -93,13 +93,19 @@ def _call_with(impl, **available) -> None:
     impl.function(*(available[arg] for arg in impl.argnames))
 
 
+def _registering(registry: Registry, plugin: str) -> Callable[[object], None]:
+    """The ``register`` callback handed to one plugin's hook implementation."""
+
+    def register(item: object) -> None:
+        registry.add(item, plugin)
+
+    return register
+
+
 def collect(pm, kind_name: str) -> Registry:
     """Call every implementation of the kind's hook and gather what it registers."""
     kind = KINDS[kind_name]
     registry = Registry(kind)
     for impl in reversed(getattr(pm.hook, kind.hook).get_hookimpls()):
-        register: Callable[[object], None] = lambda item, _p=impl.plugin_name: registry.add(
-            item, _p
-        )
-        _call_with(impl, register=register)
+        _call_with(impl, register=_registering(registry, impl.plugin_name))
     return registry

@@ -83,27 +83,53 @@ def from_document(document: dict) -> RunResult:
     return result_converter.structure(document, RunResult)
 
 
-def reduce_trial(index: int, ranks: list, hostnames: list[str], world_size: int,
-                 flops_per_token: int, peak_flops: float | None) -> Trial:
+def reduce_trial(
+    index: int,
+    ranks: list,
+    hostnames: list[str],
+    world_size: int,
+    flops_per_token: int,
+    peak_flops: float | None,
+) -> Trial:
     """Combine every rank's record of one trial (``ranks`` ordered by rank)."""
     measured = [[s for s in record.steps if not s.warmup] for record in ranks]
-    per_phase = {phase: max_across_ranks([[getattr(s, phase) for s in steps]
-                                          for steps in measured]) for phase in PHASES}
+    per_phase = {
+        phase: max_across_ranks([[getattr(s, phase) for s in steps] for steps in measured])
+        for phase in PHASES
+    }
     losses = [[s.loss for s in steps] for steps in measured]
     mean_loss = [sum(values) / len(values) for values in zip(*losses, strict=True)]
     tokens_per_step = sum(steps[0].tokens for steps in measured)
     rate = tokens_per_second(tokens_per_step, per_phase["step_ms"])
-    steps = [{"step": s.step, "loss": mean_loss[i],
-              **{phase: per_phase[phase][i] for phase in PHASES}}
-             for i, s in enumerate(measured[0])]
-    per_rank = [RankTrial(r.rank, hostnames[r.rank], [s.step_ms for s in measured[r.rank]],
-                          losses[r.rank], r.model_state_bytes, r.memory) for r in ranks]
-    return Trial(index, tokens_per_step, rate, rate / world_size,
-                 mfu(rate / world_size, flops_per_token, peak_flops), steps, per_rank)
+    steps = [
+        {"step": s.step, "loss": mean_loss[i], **{phase: per_phase[phase][i] for phase in PHASES}}
+        for i, s in enumerate(measured[0])
+    ]
+    per_rank = [
+        RankTrial(
+            r.rank,
+            hostnames[r.rank],
+            [s.step_ms for s in measured[r.rank]],
+            losses[r.rank],
+            r.model_state_bytes,
+            r.memory,
+        )
+        for r in ranks
+    ]
+    return Trial(
+        index,
+        tokens_per_step,
+        rate,
+        rate / world_size,
+        mfu(rate / world_size, flops_per_token, peak_flops),
+        steps,
+        per_rank,
+    )
 
 
 def summarize_trials(trials: list[Trial]) -> dict:
     """Across-trial statistics of the headline numbers; a single run says so."""
+
     def series(get):
         return summarize([v for v in (get(t) for t in trials) if v is not None])
 
@@ -116,23 +142,38 @@ def summarize_trials(trials: list[Trial]) -> dict:
         "final_loss": series(lambda t: t.steps[-1]["loss"]),
         "peak_rss_bytes": series(lambda t: max(r.memory["peak_rss_bytes"] for r in t.per_rank)),
         "model_state_bytes_per_rank": series(
-            lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)),
+            lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)
+        ),
     }
     for phase in PHASES:
         summary[phase] = series(lambda t, p=phase: sum(s[p] for s in t.steps) / len(t.steps))
     if "cuda_max_allocated_bytes" in trials[0].per_rank[0].memory:
         summary["cuda_max_allocated_bytes"] = series(
-            lambda t: max(r.memory["cuda_max_allocated_bytes"] for r in t.per_rank))
+            lambda t: max(r.memory["cuda_max_allocated_bytes"] for r in t.per_rank)
+        )
         summary["cuda_max_reserved_bytes"] = series(
-            lambda t: max(r.memory["cuda_max_reserved_bytes"] for r in t.per_rank))
+            lambda t: max(r.memory["cuda_max_reserved_bytes"] for r in t.per_rank)
+        )
     return summary
 
 
-def failure_document(status: str, error: str, config, plugins: list[dict],
-                     provenance: dict) -> dict:
+def failure_document(
+    status: str, error: str, config, plugins: list[dict], provenance: dict
+) -> dict:
     """A result for a run that produced no numbers, so the failure is never lost."""
-    return to_document(RunResult(
-        kind="train", schema_version=SCHEMA_VERSION, status=status, error=error,
-        config=config_mod.to_dict(config), config_fingerprint=config_mod.fingerprint(config),
-        plugins=plugins, provenance=provenance, environment={}, model={}, trials=[],
-        summary={}))
+    return to_document(
+        RunResult(
+            kind="train",
+            schema_version=SCHEMA_VERSION,
+            status=status,
+            error=error,
+            config=config_mod.to_dict(config),
+            config_fingerprint=config_mod.fingerprint(config),
+            plugins=plugins,
+            provenance=provenance,
+            environment={},
+            model={},
+            trials=[],
+            summary={},
+        )
+    )

@@ -5,6 +5,7 @@ is cheap; ``setup`` is where a strategy imports what it needs.
 """
 
 from importlib.util import find_spec
+from typing import ClassVar
 
 from mtb.errors import UsageError
 
@@ -21,8 +22,10 @@ class Strategy:
     #: device types it can train on
     device_types: tuple[str, ...] = ("cpu", "cuda")
     #: precisions it supports per device type
-    precisions: dict[str, tuple[str, ...]] = {"cpu": ("fp32", "bf16"),
-                                             "cuda": ("fp32", "bf16", "fp16")}
+    precisions: ClassVar[dict[str, tuple[str, ...]]] = {
+        "cpu": ("fp32", "bf16"),
+        "cuda": ("fp32", "bf16", "fp16"),
+    }
     #: largest world size it can run at (None: any)
     max_world_size: int | None = None
     #: importable modules it needs beyond mtb-core, and how to install them
@@ -46,8 +49,10 @@ class Strategy:
                 f"got a world size of {world}; choose a distributed strategy"
             )
         if device_type not in self.device_types:
-            raise UsageError(f"strategy {self.name!r} does not run on {device_type}; "
-                             f"supported: {', '.join(self.device_types)}")
+            raise UsageError(
+                f"strategy {self.name!r} does not run on {device_type}; "
+                f"supported: {', '.join(self.device_types)}"
+            )
         allowed = self.precisions.get(device_type, ())
         if config.training.precision not in allowed:
             raise UsageError(

@@ -62,9 +62,13 @@ class Trainer:
     def data(self) -> SyntheticTokens:
         cfg = self.context.config
         return SyntheticTokens(
-            vocab_size=cfg.model.vocab_size, seq_len=cfg.model.seq_len,
-            micro_batch_size=cfg.data.micro_batch_size, seed=cfg.data.seed,
-            dp_rank=self.context.dp_rank, device=self.context.device)
+            vocab_size=cfg.model.vocab_size,
+            seq_len=cfg.model.seq_len,
+            micro_batch_size=cfg.data.micro_batch_size,
+            seed=cfg.data.seed,
+            dp_rank=self.context.dp_rank,
+            device=self.context.device,
+        )
 
     def run_trial(self, trial: int, on_step=None) -> TrialRecord:
         self.context.trial = trial
@@ -72,7 +76,8 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.context.device)
         model = build_model(self.context)
         engine = self.strategy.setup(
-            model, lambda params: make_optimizer(params, self.training), self.context)
+            model, lambda params: make_optimizer(params, self.training), self.context
+        )
         data = self.data()
         clock = PhaseClock(self.context.device)
         self.hooks.mtb_run_start(context=self.context)
@@ -84,8 +89,7 @@ class Trainer:
             if on_step is not None:
                 on_step(metrics)
         state_bytes = self.probe_state_bytes(engine, data, len(steps))
-        return TrialRecord(self.context.rank, steps, state_bytes,
-                           memory_stats(self.context.device))
+        return TrialRecord(self.context.rank, steps, state_bytes, memory_stats(self.context.device))
 
     def step(self, engine, data, clock: PhaseClock, step: int) -> StepMetrics:
         accum = self.training.grad_accum_steps
@@ -107,11 +111,15 @@ class Trainer:
         phases = clock.phases_ms()
         step_ms = (time.perf_counter() - started) * 1000.0
         return StepMetrics(
-            step=step, warmup=step < self.training.warmup_steps,
+            step=step,
+            warmup=step < self.training.warmup_steps,
             data_ms=phases.get("data", 0.0),
             forward_backward_ms=phases.get("forward_backward", 0.0),
-            optimizer_ms=phases.get("optimizer", 0.0), step_ms=step_ms,
-            loss=loss_sum.item() / accum, tokens=tokens)
+            optimizer_ms=phases.get("optimizer", 0.0),
+            step_ms=step_ms,
+            loss=loss_sum.item() / accum,
+            tokens=tokens,
+        )
 
     def probe_state_bytes(self, engine, data, step: int) -> dict:
         """Model-state bytes with gradients and optimizer state populated.

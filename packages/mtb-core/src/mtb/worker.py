@@ -22,8 +22,10 @@ from mtb.trainer import Trainer
 
 
 def plugin_list(pm) -> list[dict]:
-    return [{"name": i.name, "distribution": i.distribution, "version": i.version}
-            for i in pm.plugin_infos()]
+    return [
+        {"name": i.name, "distribution": i.distribution, "version": i.version}
+        for i in pm.plugin_infos()
+    ]
 
 
 def peak_flops(context) -> tuple[float | None, str]:
@@ -52,15 +54,21 @@ def step_progress(context):
 
     training = context.config.training
     total = training.repeat * (training.warmup_steps + training.steps)
-    columns = ("[progress.description]{task.description}", BarColumn(),
-               MofNCompleteColumn(), TimeRemainingColumn())
+    columns = (
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=stderr, transient=True) as bar:
         task = bar.add_task("training", total=total)
 
         def advance(metrics):
-            bar.update(task, advance=1,
-                       description=f"trial {context.trial + 1}/{training.repeat} "
-                                   f"loss {metrics.loss:.3f}")
+            bar.update(
+                task,
+                advance=1,
+                description=f"trial {context.trial + 1}/{training.repeat} loss {metrics.loss:.3f}",
+            )
 
         yield advance
 
@@ -81,22 +89,47 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
     peak_values = [p for _, (p, _) in peaks]
     peak = sum(peak_values) / len(peak_values) if None not in peak_values else None
     fpt = flops_per_token(cfg.model)
-    trials = [reduce_trial(i, [records_by_rank[r][i] for r in range(context.world_size)],
-                           hostnames, context.world_size, fpt, peak)
-              for i in range(cfg.training.repeat)]
+    trials = [
+        reduce_trial(
+            i,
+            [records_by_rank[r][i] for r in range(context.world_size)],
+            hostnames,
+            context.world_size,
+            fpt,
+            peak,
+        )
+        for i in range(cfg.training.repeat)
+    ]
     plugins = plugin_list(pm)
     prov = {**provenance.collect(plugins), "start_utc": started, "end_utc": provenance.utc_now()}
-    environment = {"world_size": context.world_size, "device": str(context.device.type),
-                   "backend": context.backend, "hostnames": hostnames,
-                   "peak_flops_per_device": peak, "peak_flops_source": peaks[0][1][1],
-                   "peak_flops_per_rank": peak_values}
-    model = {"parameters": parameter_count(cfg.model),
-             "matmul_parameters": matmul_parameter_count(cfg.model), "flops_per_token": fpt}
+    environment = {
+        "world_size": context.world_size,
+        "device": str(context.device.type),
+        "backend": context.backend,
+        "hostnames": hostnames,
+        "peak_flops_per_device": peak,
+        "peak_flops_source": peaks[0][1][1],
+        "peak_flops_per_rank": peak_values,
+    }
+    model = {
+        "parameters": parameter_count(cfg.model),
+        "matmul_parameters": matmul_parameter_count(cfg.model),
+        "flops_per_token": fpt,
+    }
     result = RunResult(
-        kind="train", schema_version=SCHEMA_VERSION, status="ok", error=None,
-        config=config_mod.to_dict(cfg), config_fingerprint=config_mod.fingerprint(cfg),
-        plugins=plugins, provenance=prov, environment=environment, model=model,
-        trials=trials, summary=summarize_trials(trials))
+        kind="train",
+        schema_version=SCHEMA_VERSION,
+        status="ok",
+        error=None,
+        config=config_mod.to_dict(cfg),
+        config_fingerprint=config_mod.fingerprint(cfg),
+        plugins=plugins,
+        provenance=prov,
+        environment=environment,
+        model=model,
+        trials=trials,
+        summary=summarize_trials(trials),
+    )
     return to_document(result)
 
 

@@ -26,8 +26,9 @@ def make_cli(pm) -> click.Group:
     from mtb.cli.run_command import run_command
 
     @click.group(cls=MtbGroup, context_settings={"help_option_names": ["-h", "--help"]})
-    @click.version_option(__version__, "--version", package_name="mtb-core",
-                          message="mtb %(version)s")
+    @click.version_option(
+        __version__, "--version", package_name="mtb-core", message="mtb %(version)s"
+    )
     @click.pass_context
     def cli(ctx):
         """MiniTrainBench: benchmark distributed training of GPT-like models.

@@ -46,8 +46,14 @@ def _option(section: str | None, field):
         extra["type"] = click.Choice(meta["choices"])
     else:
         extra["type"] = {int: click.INT, float: click.FLOAT}.get(kind, click.STRING)
-    return click.option(flag, dest, default=None, show_default=_shown_default(field),
-                        help=f"{meta['help']}{unit}", **extra)
+    return click.option(
+        flag,
+        dest,
+        default=None,
+        show_default=_shown_default(field),
+        help=f"{meta['help']}{unit}",
+        **extra,
+    )
 
 
 def config_options(command):

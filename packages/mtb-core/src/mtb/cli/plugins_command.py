@@ -19,27 +19,44 @@ def describe(pm) -> list[dict]:
             items = [entry for entry in registry if entry.plugin == name]
             if items:
                 registers[KINDS[kind].label] = [
-                    {"name": e.name, "available": e.unavailable_reason is None,
-                     "unavailable_reason": e.unavailable_reason} for e in items]
-        entries.append({"name": name, "distribution": info.distribution,
-                        "version": info.version, "builtin": info.builtin,
-                        "hooks": hooks, "registers": registers})
+                    {
+                        "name": e.name,
+                        "available": e.unavailable_reason is None,
+                        "unavailable_reason": e.unavailable_reason,
+                    }
+                    for e in items
+                ]
+        entries.append(
+            {
+                "name": name,
+                "distribution": info.distribution,
+                "version": info.version,
+                "builtin": info.builtin,
+                "hooks": hooks,
+                "registers": registers,
+            }
+        )
     return entries
 
 
 def _registers_text(registers: dict) -> str:
     lines = []
     for label, items in registers.items():
-        names = ", ".join(i["name"] if i["available"] else f"{i['name']} (unavailable)"
-                          for i in items)
+        names = ", ".join(
+            i["name"] if i["available"] else f"{i['name']} (unavailable)" for i in items
+        )
         lines.append(f"{label}: {names}")
     return "\n".join(lines) or "-"
 
 
 def _unavailable(entries: list[dict]) -> list[str]:
-    return [f"{item['name']}: {item['unavailable_reason']}" for entry in entries
-            for items in entry["registers"].values() for item in items
-            if not item["available"]]
+    return [
+        f"{item['name']}: {item['unavailable_reason']}"
+        for entry in entries
+        for items in entry["registers"].values()
+        for item in items
+        if not item["available"]
+    ]
 
 
 @click.command("plugins")
@@ -58,8 +75,13 @@ def plugins_command(pm, as_json):
     for column in ("plugin", "distribution", "version", "hooks", "registers"):
         table.add_column(column)
     for entry in entries:
-        table.add_row(entry["name"], entry["distribution"], entry["version"],
-                      "\n".join(entry["hooks"]) or "-", _registers_text(entry["registers"]))
+        table.add_row(
+            entry["name"],
+            entry["distribution"],
+            entry["version"],
+            "\n".join(entry["hooks"]) or "-",
+            _registers_text(entry["registers"]),
+        )
     console = Console()
     console.print(table)
     for line in _unavailable(entries):

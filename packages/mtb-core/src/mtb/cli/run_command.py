@@ -6,10 +6,17 @@ from mtb.cli.config_options import config_options, flags_from
 
 
 @click.command("run")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="TOML run file; flags given here override its values")
-@click.option("--print-config", is_flag=True,
-              help="print the effective config as TOML and exit without running")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    help="TOML run file; flags given here override its values",
+)
+@click.option(
+    "--print-config",
+    is_flag=True,
+    help="print the effective config as TOML and exit without running",
+)
 @config_options
 @click.pass_obj
 def run_command(pm, config_file, print_config, **params):
@@ -30,7 +37,10 @@ def run_command(pm, config_file, print_config, **params):
     from mtb.launcher import launch
     from mtb.model import parameter_count
 
-    click.echo(f"mtb run: strategy {cfg.strategy}, preset {cfg.preset}, "
-               f"{parameter_count(cfg.model) / 1e6:,.2f}M parameters, "
-               f"world size {cfg.launch.world_size}", err=True)
+    click.echo(
+        f"mtb run: strategy {cfg.strategy}, preset {cfg.preset}, "
+        f"{parameter_count(cfg.model) / 1e6:,.2f}M parameters, "
+        f"world size {cfg.launch.world_size}",
+        err=True,
+    )
     launch(cfg, pm)
