@@ -86,6 +86,23 @@ def _register_entry_points(pm: pluggy.PluginManager, infos: dict[str, PluginInfo
         )
 
 
+def _register_modules(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
+    """MTB_PLUGIN_MODULES=a.b,c: importable modules registered as plugins.
+
+    For plugins that are not packaged yet, and for tests whose plugins must
+    also load in launched worker processes.
+    """
+    for module_name in filter(None, os.environ.get("MTB_PLUGIN_MODULES", "").split(",")):
+        module_name = module_name.strip()
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as error:
+            _warn_skipped(module_name, error)
+            continue
+        pm.register(module, name=module_name)
+        infos[module_name] = PluginInfo(module_name, "unpackaged", "", False)
+
+
 class MtbPluginManager(pluggy.PluginManager):
     """A pluggy manager that remembers each plugin's distribution."""
 
@@ -124,6 +141,7 @@ def build_plugin_manager(load_entry_points: bool = True) -> MtbPluginManager:
     _register_builtins(pm, pm.infos)
     if load_entry_points:
         _register_entry_points(pm, pm.infos)
+        _register_modules(pm, pm.infos)
     return pm
 
 

@@ -1,0 +1,51 @@
+"""Shared fixtures: a plugin manager per test and a CLI built over it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mtb.cli import make_cli
+from mtb.plugins import build_plugin_manager
+
+PLUGIN_DIR = Path(__file__).parent / "plugins"
+TINY = ["--preset", "tiny", "--steps", "3", "--warmup-steps", "1"]
+
+
+@pytest.fixture
+def pm():
+    """Core's built-ins only: installed third-party plugins never leak into a test."""
+    return build_plugin_manager(load_entry_points=False)
+
+
+@pytest.fixture
+def invoke(pm):
+    """Run the CLI in-process over ``pm``; returns click's Result."""
+
+    def run(*args):
+        return CliRunner().invoke(make_cli(pm), [str(a) for a in args], catch_exceptions=False)
+
+    return run
+
+
+def mtb_subprocess(args, env=None, timeout=240):
+    """``python -m mtb ARGS`` in a child with the test plugins importable."""
+    child_env = {**os.environ, **(env or {})}
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(PLUGIN_DIR), child_env.get("PYTHONPATH")])
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "mtb", *map(str, args)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_json(path) -> dict:
+    return json.loads(Path(path).read_text())
