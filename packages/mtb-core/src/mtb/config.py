@@ -30,6 +30,7 @@ def setting(
     minimum=None,
     below=None,
     flag: str = "",
+    shown_default: str = "",
     validator=None,
 ):
     """An attrs field with the metadata the CLI and docs are generated from."""
@@ -38,7 +39,13 @@ def setting(
         validators.append(_one_of(choices))
     if minimum is not None or below is not None:
         validators.append(_in_range(minimum, below))
-    metadata = {"help": help, "unit": unit, "choices": tuple(choices), "flag": flag}
+    metadata = {
+        "help": help,
+        "unit": unit,
+        "choices": tuple(choices),
+        "flag": flag,
+        "shown_default": shown_default,
+    }
     return attrs.field(default=default, validator=validators, metadata=metadata)
 
 
@@ -133,7 +140,7 @@ class LaunchConfig:
     nnodes: int = setting(1, help="nodes taking part", minimum=1)
     node_rank: int = setting(0, help="rank of this node", minimum=0)
     rdzv_endpoint: str = setting(
-        "", help="rendezvous HOST:PORT (empty: a free local port on one node)"
+        "", help="rendezvous HOST:PORT", shown_default="a free local port (one node)"
     )
     rdzv_id: str = setting("mtb", help="rendezvous id shared by every node")
     max_restarts: int = setting(0, help="worker group restarts after a failure", minimum=0)
@@ -162,12 +169,15 @@ class RunConfig:
 
     strategy: str = setting("single", help="training strategy (see `mtb plugins`)")
     preset: str = setting("small", help="model preset", choices=tuple(PRESETS))
-    output: str | None = setting(None, help="result JSON path (default: results/run-*.json)")
+    output: str | None = setting(
+        None, help="result JSON path", shown_default="results/run-<UTC time>-<strategy>.json"
+    )
     peak_tflops: float | None = setting(
         None,
-        help="peak of one device for MFU (default: GPU table or measured CPU matmul)",
+        help="peak of one device for MFU",
         unit="TFLOP/s",
         minimum=0.0,
+        shown_default="GPU table, else measured CPU matmul",
     )
     model: ModelConfig = attrs.field(metadata={"section": True})
     data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})

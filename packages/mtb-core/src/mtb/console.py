@@ -28,7 +28,7 @@ def summary_table(document: dict) -> Table:
     """The headline numbers of one train result."""
     cfg, env, summary = document["config"], document["environment"], document["summary"]
     runs = "single run" if summary["single_run"] else f"{summary['trials']} trials, mean ± std"
-    table = Table(title=f"mtb run: {cfg['strategy']}, preset {cfg['preset']} ({runs})")
+    table = Table(title=f"{cfg['strategy']}, preset {cfg['preset']}: {runs}", min_width=60)
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [

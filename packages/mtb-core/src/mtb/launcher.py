@@ -138,6 +138,20 @@ def record_failure(config, pm, status: str, message: str) -> None:
     write_result(pm, failure_document(status, message, config, plugins, prov), str(path))
 
 
+def announce(config) -> None:
+    """One line on stderr saying what is about to run (rank 0 only under torchrun)."""
+    from mtb.model import parameter_count
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    print(
+        f"mtb run: strategy {config.strategy}, preset {config.preset}, "
+        f"{parameter_count(config.model) / 1e6:,.2f}M parameters, "
+        f"world size {config.launch.world_size}",
+        file=sys.stderr,
+    )
+
+
 def launch(config, pm) -> dict | None:
     """Run ``config``: in this process for one rank or under torchrun, else spawn workers."""
     from mtb import worker
@@ -145,8 +159,10 @@ def launch(config, pm) -> dict | None:
 
     config = with_output(config)
     if launched_by_torchrun():
+        announce(config)
         return worker.run(config, pm)
     preflight(config, pm)
+    announce(config)
     if config.launch.world_size == 1:
         return worker.run(config, pm)
     try:

@@ -106,6 +106,6 @@ def collect(pm, kind_name: str) -> Registry:
     """Call every implementation of the kind's hook and gather what it registers."""
     kind = KINDS[kind_name]
     registry = Registry(kind)
-    for impl in reversed(getattr(pm.hook, kind.hook).get_hookimpls()):
+    for impl in getattr(pm.hook, kind.hook).get_hookimpls():
         _call_with(impl, register=_registering(registry, impl.plugin_name))
     return registry

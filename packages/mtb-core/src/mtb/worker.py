@@ -156,7 +156,7 @@ def run(config, pm) -> dict | None:
         from mtb.console import stdout, summary_table
 
         stdout.print(summary_table(document))
-        stdout.print(f"result written to {context.config.output}")
+        print(f"result written to {context.config.output}", flush=True)
         return document
     finally:
         distributed.teardown(context)

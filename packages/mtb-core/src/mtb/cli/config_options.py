@@ -22,15 +22,20 @@ def _base_type(annotation):
 
 
 def _shown_default(field) -> str:
-    unit = field.metadata.get("unit", "")
+    if field.metadata.get("shown_default"):
+        return field.metadata["shown_default"]
     if field.default is attrs.NOTHING:
         return "from preset"
-    if field.default is None:
-        return "none"
     if isinstance(field.default, bool):
         return "on" if field.default else "off"
-    value = field.default if field.default != "" else '""'
-    return f"{value} {unit}".strip()
+    return str(field.default)
+
+
+def _help(field) -> str:
+    """Help text ending in "[default: D; unit: U]"."""
+    meta = field.metadata
+    unit = f"; unit: {meta['unit']}" if meta.get("unit") else ""
+    return f"{meta['help']}  [default: {_shown_default(field)}{unit}]"
 
 
 def _option(section: str | None, field):
@@ -38,7 +43,6 @@ def _option(section: str | None, field):
     flag = meta.get("flag") or "--" + field.name.replace("_", "-")
     dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
     kind = _base_type(field.type)
-    unit = f" [{meta['unit']}]" if meta.get("unit") else ""
     extra = {}
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
@@ -46,14 +50,7 @@ def _option(section: str | None, field):
         extra["type"] = click.Choice(meta["choices"])
     else:
         extra["type"] = {int: click.INT, float: click.FLOAT}.get(kind, click.STRING)
-    return click.option(
-        flag,
-        dest,
-        default=None,
-        show_default=_shown_default(field),
-        help=f"{meta['help']}{unit}",
-        **extra,
-    )
+    return click.option(flag, dest, default=None, help=_help(field), **extra)
 
 
 def config_options(command):

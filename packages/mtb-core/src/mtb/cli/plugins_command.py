@@ -1,6 +1,7 @@
 """``mtb plugins``: what is installed, who provides it, and what is unavailable."""
 
 import json
+import sys
 
 import click
 
@@ -69,20 +70,22 @@ def plugins_command(pm, as_json):
         click.echo(json.dumps(entries, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="mtb plugins")
     for column in ("plugin", "distribution", "version", "hooks", "registers"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for entry in entries:
-        table.add_row(
+        cells = (
             entry["name"],
             entry["distribution"],
             entry["version"],
             "\n".join(entry["hooks"]) or "-",
             _registers_text(entry["registers"]),
         )
-    console = Console()
+        table.add_row(*map(escape, cells))
+    console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     for line in _unavailable(entries):
-        console.print(f"unavailable: {line}", highlight=False)
+        console.print(f"unavailable: {line}", highlight=False, markup=False)

@@ -35,12 +35,5 @@ def run_command(pm, config_file, print_config, **params):
         click.echo(config_mod.to_toml(cfg), nl=False)
         return
     from mtb.launcher import launch
-    from mtb.model import parameter_count
 
-    click.echo(
-        f"mtb run: strategy {cfg.strategy}, preset {cfg.preset}, "
-        f"{parameter_count(cfg.model) / 1e6:,.2f}M parameters, "
-        f"world size {cfg.launch.world_size}",
-        err=True,
-    )
     launch(cfg, pm)
