@@ -138,28 +138,35 @@ def write_result(pm, document: dict, path: str) -> None:
     write_atomic(path, reporter.render([document]))
 
 
-def run(config, pm) -> dict | None:
-    """Train on this process; rank 0 writes the result and returns it."""
-    context = distributed.setup(config)
-    try:
-        started = provenance.utc_now()
-        distributed.barrier(context)
-        peak = peak_flops(context)
-        records = train(context, pm)
-        records_by_rank = distributed.gather(context, records)
-        peaks = distributed.gather(context, (socket.gethostname(), peak))
-        if not context.is_main:
-            return None
-        document = assemble(context, pm, records_by_rank, peaks, started)
-        pm.hook.mtb_run_end(context=context, result=document)
-        write_result(pm, document, context.config.output)
-        from mtb.console import stdout, summary_table
+def report(context, pm, document: dict) -> None:
+    """Rank 0: observers, the atomic JSON write, then the summary table."""
+    from mtb.console import stdout, summary_table
 
-        stdout.print(summary_table(document))
-        print(f"result written to {context.config.output}", flush=True)
-        return document
-    finally:
-        distributed.teardown(context)
+    pm.hook.mtb_run_end(context=context, result=document)
+    write_result(pm, document, context.config.output)
+    stdout.print(summary_table(document))
+    print(f"result written to {context.config.output}", flush=True)
+
+
+def run(config, pm) -> dict | None:
+    """Train on this process; rank 0 writes the result and returns it.
+
+    On an error the process group is left alone: the process is about to exit,
+    and a closing barrier would wait for ranks that may never reach it.
+    """
+    context = distributed.setup(config)
+    started = provenance.utc_now()
+    distributed.barrier(context)
+    peak = peak_flops(context)
+    records = train(context, pm)
+    records_by_rank = distributed.gather(context, records)
+    peaks = distributed.gather(context, (socket.gethostname(), peak))
+    document = None
+    if context.is_main:
+        document = assemble(context, pm, records_by_rank, peaks, started)
+        report(context, pm, document)
+    distributed.teardown(context)
+    return document
 
 
 def _record_error(error: BaseException) -> None:

@@ -1,0 +1,67 @@
+"""CLI hygiene: start-up does not import torch; results are written atomically."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import TINY, read_json
+
+from mtb.reporting import write_atomic
+from mtb.results import from_document, to_document
+
+NO_TORCH = """
+import sys
+from mtb.cli import main
+sys.argv = ["mtb", *{args!r}]
+try:
+    main()
+except SystemExit as done:
+    assert not done.code, done.code
+assert "torch" not in sys.modules, "torch was imported"
+print("NO-TORCH-OK")
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plugins"], ["plugins", "--json"], ["--version"]])
+def test_cli_start_up_does_not_import_torch(args):
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TORCH.format(args=args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "NO-TORCH-OK" in done.stdout
+
+
+def test_write_atomic_replaces_whole_files_and_leaves_no_temporaries(tmp_path):
+    target = tmp_path / "deep" / "r.json"
+    write_atomic(target, "first")
+    write_atomic(target, "second")
+    assert target.read_text() == "second"
+    assert [p.name for p in target.parent.iterdir()] == ["r.json"]
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "r.json"
+    write_atomic(target, "good")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("mtb.reporting.os.replace", broken_replace)
+    with pytest.raises(OSError):
+        write_atomic(target, "partial")
+    assert target.read_text() == "good"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_result_document_round_trips_through_cattrs(invoke, tmp_path):
+    out = tmp_path / "r.json"
+    assert invoke("run", *TINY, "--output", out).exit_code == 0
+    doc = read_json(out)
+    result = from_document(doc)
+    assert result.trials[0].per_rank[0].rank == 0
+    assert to_document(result) == doc
+    assert json.loads(json.dumps(to_document(result))) == doc

@@ -1,0 +1,92 @@
+"""Multi-process launches: our launcher, torchrun, failing and hanging workers.
+
+These start real worker processes over gloo (2 ranks), so they are the slow
+tests; each subprocess has a timeout and each launch a wall-clock limit.
+"""
+
+import math
+import os
+import sys
+
+import pytest
+from conftest import PLUGIN_DIR, TINY, mtb_subprocess, read_json
+
+pytestmark = pytest.mark.timeout(300)
+
+PLUGIN = {"MTB_PLUGIN_MODULES": "mtb_test_allreduce", "MTB_LOAD_PLUGINS": ""}
+
+
+def run_two_ranks(tmp_path, *extra, env=None):
+    out = tmp_path / "result.json"
+    args = ["run", "--strategy", "test-allreduce", *TINY, "--nproc-per-node", "2"]
+    done = mtb_subprocess([*args, "--output", out, *extra], env={**PLUGIN, **(env or {})})
+    return done, out
+
+
+def test_two_rank_launch_writes_one_result_with_every_rank(tmp_path):
+    done, out = run_two_ranks(tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = read_json(out)
+    assert doc["status"] == "ok"
+    assert doc["environment"]["world_size"] == 2
+    assert doc["environment"]["backend"] == "gloo"
+    trial = doc["trials"][0]
+    assert [r["rank"] for r in trial["per_rank"]] == [0, 1]
+    assert trial["tokens_per_step"] == 2 * 2 * 32  # world x micro-batch x seq
+    for step in trial["steps"]:  # a step's time is the slowest rank's
+        i = step["step"] - 1
+        assert step["step_ms"] == max(r["step_ms"][i] for r in trial["per_rank"])
+        assert math.isfinite(step["loss"])
+    assert "--nproc-per-node 2" in doc["provenance"]["command"]
+    assert {p["name"] for p in doc["plugins"]} >= {"mtb_test_allreduce", "mtb.strategies.single"}
+    assert "tokens/s (global)" in done.stdout
+
+
+def test_failing_worker_exits_1_naming_the_rank(tmp_path):
+    done, out = run_two_ranks(tmp_path, "--timeout", "120", env={"MTB_TEST_FAIL_RANK": "1"})
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "Error: rank 1 failed: RuntimeError: injected failure on rank 1"
+    assert "Traceback" not in done.stderr
+    doc = read_json(out)
+    assert (doc["status"], doc["error"]) == ("failed", last.removeprefix("Error: "))
+    assert doc["trials"] == [] and doc["config"]["strategy"] == "test-allreduce"
+
+
+def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):
+    done, out = run_two_ranks(tmp_path, "--timeout", "25", env={"MTB_TEST_HANG_RANK": "1"})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == ("Error: launch exceeded launch.timeout_s=25 s")
+    assert read_json(out)["status"] == "timeout"
+
+
+def test_torchrun_runs_the_cli_in_each_worker(tmp_path):
+    import subprocess
+
+    out = tmp_path / "result.json"
+    env = {**os.environ, **PLUGIN, "PYTHONPATH": str(PLUGIN_DIR)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        "-m",
+        "mtb",
+        "run",
+        "--strategy",
+        "test-allreduce",
+        *TINY,
+        "--output",
+        str(out),
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    doc = read_json(out)
+    assert doc["environment"]["world_size"] == 2
+    assert doc["config"]["launch"]["nproc_per_node"] == 2  # the world torchrun gave
+    assert len(doc["trials"][0]["per_rank"]) == 2
