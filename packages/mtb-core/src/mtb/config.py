@@ -17,6 +17,8 @@ from mtb.presets import PRESETS
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd")
+SYNC_MODES = ("auto", "every", "last")
+LR_SCHEDULES = ("constant", "cosine")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -128,6 +130,37 @@ class TrainingConfig:
     weight_decay: float = setting(0.0, help="weight decay", minimum=0.0)
     optimizer: str = setting("adamw", help="optimizer", choices=OPTIMIZERS)
     precision: str = setting("fp32", help="numeric precision of compute", choices=PRECISIONS)
+    gradient_sync_mode: str = setting(
+        "auto",
+        help="gradient sync under accumulation: every micro-batch, the last only, "
+        "or the strategy's default",
+        choices=SYNC_MODES,
+    )
+    activation_checkpointing: bool = setting(
+        False, help="recompute each transformer block's activations in backward"
+    )
+    lr_schedule: str = setting("constant", help="learning-rate schedule", choices=LR_SCHEDULES)
+    lr_warmup_steps: int = setting(
+        0, help="linear warmup steps of the cosine schedule", unit="steps", minimum=0
+    )
+    min_lr: float = setting(0.0, help="final learning rate of the cosine schedule", minimum=0.0)
+    max_grad_norm: float | None = setting(
+        None,
+        help="clip the global gradient norm to this value",
+        shown_default="no clipping",
+        minimum=0.0,
+    )
+    inject_nan_at_step: int | None = setting(
+        None,
+        help="make the loss non-finite at this step (fault tests)",
+        shown_default="never",
+        minimum=0,
+    )
+    inject_nan_rank: int = setting(0, help="rank that sees the injected non-finite loss", minimum=0)
+
+    def __attrs_post_init__(self):
+        if self.min_lr > self.lr:
+            raise ConfigError("training.min_lr", f"{self.min_lr} must be <= training.lr={self.lr}")
 
 
 @attrs.define(kw_only=True)
@@ -183,6 +216,14 @@ class RunConfig:
     data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})
     training: TrainingConfig = attrs.field(factory=TrainingConfig, metadata={"section": True})
     launch: LaunchConfig = attrs.field(factory=LaunchConfig, metadata={"section": True})
+    strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
+
+    def __attrs_post_init__(self):
+        if self.training.inject_nan_rank >= self.launch.world_size:
+            raise ConfigError(
+                "training.inject_nan_rank",
+                f"must be < the world size {self.launch.world_size}",
+            )
 
 
 SECTIONS = {
@@ -196,9 +237,16 @@ SECTIONS = {
 # with another only when these agree.
 FINGERPRINT_FIELDS = (
     "strategy",
+    "strategy_options",
     "model",
     "data",
     "training.grad_accum_steps",
+    "training.gradient_sync_mode",
+    "training.activation_checkpointing",
+    "training.lr_schedule",
+    "training.lr_warmup_steps",
+    "training.min_lr",
+    "training.max_grad_norm",
     "training.optimizer",
     "training.precision",
     "training.lr",
@@ -272,6 +320,8 @@ def structure(raw: dict) -> RunConfig:
         if not isinstance(value, dict):
             raise ConfigError(section, "must be a table of settings")
         _check_keys(value, cls, section)
+    if not isinstance(raw.get("strategy_options", {}), dict):
+        raise ConfigError("strategy_options", "must be a table of settings")
     try:
         return converter.structure(raw, RunConfig)
     except ConfigError:
@@ -303,6 +353,10 @@ def resolve(file_values: dict | None = None, flags: dict | None = None) -> RunCo
         if not isinstance(from_file, dict):
             raise ConfigError(section, "must be a table of settings")
         merged[section] = {**base, **from_file, **flags.get(section, {})}
+    options = file_values.get("strategy_options", {})
+    if isinstance(options, dict):
+        options = {**options, **flags.get("strategy_options", {})}
+    merged["strategy_options"] = options
     return structure(merged)
 
 

@@ -91,3 +91,12 @@ def gather(context: RunContext, value) -> list:
 def barrier(context: RunContext) -> None:
     if context.distributed:
         dist.barrier()
+
+
+def ranks_with(context: RunContext, flags: list[bool]) -> list[list[int]]:
+    """For each flag, the ranks where it is set; one all_reduce for all of them."""
+    table = torch.zeros(context.world_size, len(flags), device=context.device)
+    table[context.rank] = torch.tensor([float(f) for f in flags], device=context.device)
+    if context.distributed:
+        dist.all_reduce(table)
+    return [table[:, i].nonzero().flatten().tolist() for i in range(len(flags))]

@@ -22,6 +22,8 @@ class StepInfo:
     grad_norm: float | None = None
     clipped: bool = False
     skipped: bool = False
+    #: gradient synchronisations issued during the step, counted (None: not counted)
+    gradient_syncs: int | None = None
 
 
 @attrs.define
@@ -89,7 +91,30 @@ class Engine:
         """Context for one micro-batch; data-parallel engines skip gradient sync in it."""
         return contextlib.nullcontext()
 
-    def optimizer_step(self) -> StepInfo:
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def grad_norm(self) -> torch.Tensor | None:
+        """Global L2 norm of the (unscaled) gradients, equal on every rank.
+
+        Sharded gradients (DTensor) are reduced across their mesh, so the norm
+        is the whole model's, not this rank's shard's.
+        """
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grads = [p.grad for p in _unique(self.model.parameters()) if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        full_tensor = getattr(norm, "full_tensor", None)
+        return full_tensor() if callable(full_tensor) else norm
+
+    def optimizer_step(self, max_grad_norm: float | None = None, grad_norm=None) -> StepInfo:
+        """Clip to ``max_grad_norm`` using the ``grad_norm`` already computed, then step."""
+        clipped = False
+        if max_grad_norm is not None and grad_norm is not None:
+            params = [p for p in _unique(self.model.parameters()) if p.grad is not None]
+            torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, grad_norm)
+            clipped = bool(grad_norm > max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             scale = self.scaler.get_scale()
@@ -99,7 +124,8 @@ class Engine:
             self.optimizer.step()
             skipped = False
         self.zero_grad()
-        return StepInfo(skipped=skipped)
+        norm = None if grad_norm is None else float(grad_norm)
+        return StepInfo(grad_norm=norm, clipped=clipped, skipped=skipped)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

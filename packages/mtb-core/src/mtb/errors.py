@@ -4,6 +4,14 @@ Exit codes: 0 ok, 1 run failed, 2 usage or configuration error.
 """
 
 
+def one_line(error: BaseException) -> str:
+    """The first line of an error's message; the type is kept for unexpected errors."""
+    text = str(error).splitlines()[0] if str(error) else ""
+    if isinstance(error, MtbError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 class MtbError(Exception):
     """Base for errors that carry a message meant for the user."""
 
@@ -30,3 +38,7 @@ class PluginError(UsageError):
 
 class RunFailed(MtbError):
     """A run started but did not finish: a worker failed or timed out."""
+
+
+class NonFiniteError(RunFailed):
+    """A loss or gradient was NaN or infinite; every rank stops with the same message."""

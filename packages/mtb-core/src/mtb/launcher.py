@@ -20,8 +20,8 @@ import attrs
 
 from mtb import config as config_mod
 from mtb import provenance
-from mtb.errors import RunFailed
-from mtb.results import failure_document
+from mtb.errors import RunFailed, UsageError, one_line
+from mtb.results import failure_document, failure_status
 
 
 class LaunchTimeout(Exception):
@@ -36,6 +36,13 @@ def default_output(strategy: str) -> str:
 def with_output(config):
     """The config with its result path filled in (the launcher decides it once)."""
     return config if config.output else attrs.evolve(config, output=default_output(config.strategy))
+
+
+def prepare(config, pm):
+    """The config as it will run: result path decided, strategy options resolved."""
+    strategy = pm.registry("strategy").get(config.strategy)
+    options = strategy.resolve_options(config.strategy_options)
+    return attrs.evolve(with_output(config), strategy_options=options)
 
 
 def preflight(config, pm) -> None:
@@ -157,20 +164,25 @@ def launch(config, pm) -> dict | None:
     from mtb import worker
     from mtb.distributed import launched_by_torchrun
 
-    config = with_output(config)
+    config = prepare(config, pm)
     if launched_by_torchrun():
         announce(config)
         return worker.run(config, pm)
     preflight(config, pm)
     announce(config)
-    if config.launch.world_size == 1:
-        return worker.run(config, pm)
     try:
+        if config.launch.world_size == 1:
+            return worker.run(config, pm)
         spawn(config)
     except LaunchTimeout as error:
         record_failure(config, pm, "timeout", str(error))
         raise RunFailed(str(error)) from None
-    except RunFailed as error:
-        record_failure(config, pm, "failed", str(error))
+    except UsageError:
         raise
+    except Exception as error:
+        if os.environ.get("MTB_DEBUG"):
+            raise
+        message = one_line(error)
+        record_failure(config, pm, failure_status(message), message)
+        raise RunFailed(message) from None
     return json.loads(Path(config.output).read_text())

@@ -25,6 +25,10 @@ class StepMetrics:
     step_ms: float
     loss: float
     tokens: int
+    lr: float = 0.0
+    grad_norm: float | None = None
+    clipped: bool = False
+    gradient_syncs: int | None = None
 
 
 def summarize(values: list[float]) -> dict:

@@ -9,6 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from mtb.config import ModelConfig
 
@@ -52,8 +53,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
+        self.checkpointing = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.checkpointing and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln1(x)))
         return x + self.drop(self.mlp(self.ln2(x)))
 
@@ -77,6 +84,11 @@ class GPT(nn.Module):
         for block in self.blocks:
             nn.init.normal_(block.attn.proj.weight, std=residual_std)
             nn.init.normal_(block.mlp.proj.weight, std=residual_std)
+
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """Recompute each block's activations in backward instead of storing them."""
+        for block in self.blocks:
+            block.checkpointing = enabled
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -102,7 +102,15 @@ def reduce_trial(
     tokens_per_step = sum(steps[0].tokens for steps in measured)
     rate = tokens_per_second(tokens_per_step, per_phase["step_ms"])
     steps = [
-        {"step": s.step, "loss": mean_loss[i], **{phase: per_phase[phase][i] for phase in PHASES}}
+        {
+            "step": s.step,
+            "loss": mean_loss[i],
+            **{phase: per_phase[phase][i] for phase in PHASES},
+            "lr": s.lr,
+            "grad_norm": s.grad_norm,
+            "clipped": s.clipped,
+            "gradient_syncs": s.gradient_syncs,
+        }
         for i, s in enumerate(measured[0])
     ]
     per_rank = [
@@ -144,6 +152,7 @@ def summarize_trials(trials: list[Trial]) -> dict:
         "model_state_bytes_per_rank": series(
             lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)
         ),
+        "clipped_steps": series(lambda t: sum(s["clipped"] for s in t.steps)),
     }
     for phase in PHASES:
         summary[phase] = series(lambda t, p=phase: sum(s[p] for s in t.steps) / len(t.steps))
@@ -155,6 +164,15 @@ def summarize_trials(trials: list[Trial]) -> dict:
             lambda t: max(r.memory["cuda_max_reserved_bytes"] for r in t.per_rank)
         )
     return summary
+
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "outofmemoryerror")
+
+
+def failure_status(message: str) -> str:
+    """``oom`` for CUDA or CPU allocation failures, else ``failed``."""
+    lowered = message.lower()
+    return "oom" if any(marker in lowered for marker in OOM_MARKERS) else "failed"
 
 
 def failure_document(

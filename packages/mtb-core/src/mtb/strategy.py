@@ -5,9 +5,46 @@ is cheap; ``setup`` is where a strategy imports what it needs.
 """
 
 from importlib.util import find_spec
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from mtb.errors import UsageError
+import attrs
+
+from mtb.errors import ConfigError, UsageError
+
+OPTION_TYPES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+@attrs.frozen
+class StrategyOption:
+    """A setting a strategy adds to ``mtb run`` (as ``--NAME``) and to ``[strategy_options]``.
+
+    ``type`` is bool, int, float or str; a bool becomes a ``--NAME/--no-NAME`` flag.
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    unit: str = ""
+    choices: tuple = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def coerce(self, value):
+        """``value`` checked against the option's type and choices, or a ConfigError."""
+        where = f"strategy_options.{self.name}"
+        if value is None:
+            return None
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) != (self.type is bool) or not isinstance(value, self.type):
+            raise ConfigError(where, f"expected {OPTION_TYPES[self.type]}, got {value!r}")
+        if self.choices and value not in self.choices:
+            allowed = ", ".join(map(str, self.choices))
+            raise ConfigError(where, f"{value!r} is not one of: {allowed}")
+        return value
 
 
 class Strategy:
@@ -31,6 +68,22 @@ class Strategy:
     #: importable modules it needs beyond mtb-core, and how to install them
     requires: tuple[str, ...] = ()
     install_hint: str = ""
+    #: settings this strategy adds to ``mtb run`` and ``[strategy_options]``
+    options: ClassVar[tuple[StrategyOption, ...]] = ()
+
+    def resolve_options(self, given: dict) -> dict:
+        """Every option of this strategy: given values checked, the rest defaulted."""
+        known = {option.name: option for option in self.options}
+        for name in given:
+            if name not in known:
+                allowed = ", ".join(known) or "none"
+                raise ConfigError(
+                    f"strategy_options.{name}",
+                    f"not an option of strategy {self.name!r}; its options: {allowed}",
+                )
+        return {
+            name: option.coerce(given.get(name, option.default)) for name, option in known.items()
+        }
 
     def unavailable_reason(self) -> str | None:
         """None when usable, else which modules are missing and the install hint."""

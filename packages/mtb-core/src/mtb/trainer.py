@@ -5,6 +5,7 @@ number a trial records is this rank's own. Cross-rank reduction happens once
 per trial, after the loop, so measuring adds no collective to a step.
 """
 
+import math
 import resource
 import time
 
@@ -13,9 +14,12 @@ import torch
 
 from mtb.clock import PhaseClock
 from mtb.data import SyntheticTokens
+from mtb.distributed import ranks_with
 from mtb.engine import make_optimizer
+from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
+from mtb.schedule import lr_at
 
 
 @attrs.define
@@ -35,7 +39,9 @@ def seed_everything(seed: int) -> None:
 def build_model(context) -> torch.nn.Module:
     """The GPT of the config, initialised from the seed alone, on the run's device."""
     seed_everything(context.config.data.seed)
-    return GPT(context.config.model).to(context.device)
+    model = GPT(context.config.model)
+    model.set_activation_checkpointing(context.config.training.activation_checkpointing)
+    return model.to(context.device)
 
 
 def memory_stats(device: torch.device) -> dict:
@@ -102,11 +108,16 @@ class Trainer:
             tokens += batch.tokens
             clock.mark("data")
             with engine.sync_context(is_last_micro_batch=micro == accum - 1):
-                loss = engine.forward(batch)
+                loss = self.maybe_poison(engine.forward(batch), step, micro)
                 engine.backward(loss / accum)
             loss_sum += loss.detach()
             clock.mark("forward_backward")
-        engine.optimizer_step()
+        lr = lr_at(step, self.training, self.training.warmup_steps + self.training.steps)
+        engine.set_lr(lr)
+        grad_norm = engine.grad_norm() if self.training.max_grad_norm is not None else None
+        loss_value = loss_sum.item() / accum
+        self.check_finite(step, loss_value, grad_norm)
+        info = engine.optimizer_step(self.training.max_grad_norm, grad_norm)
         clock.mark("optimizer")
         phases = clock.phases_ms()
         step_ms = (time.perf_counter() - started) * 1000.0
@@ -117,8 +128,42 @@ class Trainer:
             forward_backward_ms=phases.get("forward_backward", 0.0),
             optimizer_ms=phases.get("optimizer", 0.0),
             step_ms=step_ms,
-            loss=loss_sum.item() / accum,
+            loss=loss_value,
             tokens=tokens,
+            lr=lr,
+            grad_norm=info.grad_norm,
+            clipped=info.clipped,
+            gradient_syncs=info.gradient_syncs,
+        )
+
+    def maybe_poison(self, loss: torch.Tensor, step: int, micro: int) -> torch.Tensor:
+        """--inject-nan-at-step: a NaN loss on the chosen rank, for fault tests."""
+        training = self.training
+        if (step, micro, self.context.rank) == (
+            training.inject_nan_at_step,
+            0,
+            training.inject_nan_rank,
+        ):
+            return loss * float("nan")
+        return loss
+
+    def check_finite(self, step: int, loss: float, grad_norm) -> None:
+        """Agree across ranks (one collective) whether anyone saw a non-finite value.
+
+        Raises the same error on every rank before any optimizer or scheduler
+        step, so parameters stay as they were after the last good step.
+        """
+        bad_grad = grad_norm is not None and not torch.isfinite(grad_norm).item()
+        bad_loss, bad_grads = ranks_with(self.context, [not math.isfinite(loss), bad_grad])
+        if not (bad_loss or bad_grads):
+            return
+        parts = []
+        if bad_loss:
+            parts.append(f"loss on rank(s) {', '.join(map(str, bad_loss))}")
+        if bad_grads:
+            parts.append(f"gradients on rank(s) {', '.join(map(str, bad_grads))}")
+        raise NonFiniteError(
+            f"non-finite {' and '.join(parts)} at step {step}; no optimizer step was taken"
         )
 
     def probe_state_bytes(self, engine, data, step: int) -> dict:

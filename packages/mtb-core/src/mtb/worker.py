@@ -13,7 +13,7 @@ import time
 
 from mtb import config as config_mod
 from mtb import distributed, provenance
-from mtb.errors import MtbError
+from mtb.errors import one_line
 from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
 from mtb.model import flops_per_token, matmul_parameter_count, parameter_count
 from mtb.reporting import write_atomic
@@ -171,9 +171,7 @@ def run(config, pm) -> dict | None:
 
 def _record_error(error: BaseException) -> None:
     """One line on stderr and in torchelastic's error file, for the launcher to report."""
-    message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if not isinstance(error, MtbError):
-        message = f"{type(error).__name__}: {message}"
+    message = one_line(error)
     print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr)
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:

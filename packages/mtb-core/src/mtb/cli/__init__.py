@@ -23,7 +23,7 @@ class MtbGroup(click.Group):
 def make_cli(pm) -> click.Group:
     from mtb import __version__
     from mtb.cli.plugins_command import plugins_command
-    from mtb.cli.run_command import run_command
+    from mtb.cli.run_command import build_run_command
 
     @click.group(cls=MtbGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(
@@ -37,7 +37,7 @@ def make_cli(pm) -> click.Group:
         """
         ctx.obj = pm
 
-    cli.add_command(run_command)
+    cli.add_command(build_run_command(pm))
     cli.add_command(plugins_command)
     pm.hook.mtb_register_commands(cli=cli)
     return cli

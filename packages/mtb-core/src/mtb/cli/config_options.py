@@ -62,9 +62,40 @@ def config_options(command):
     return command
 
 
+def _strategy_option(option):
+    flag = f"{option.flag}/--no-{option.flag[2:]}" if option.type is bool else option.flag
+    kind = click.Choice(option.choices) if option.choices else None
+    if kind is None and option.type is not bool:
+        kind = {int: click.INT, float: click.FLOAT}.get(option.type, click.STRING)
+    unit = f"; unit: {option.unit}" if option.unit else ""
+    default = "none" if option.default is None else option.default
+    return click.option(
+        flag,
+        f"strategy_options{SEPARATOR}{option.name}",
+        default=None,
+        type=kind,
+        help=f"{option.help}  [default: {default}{unit}]",
+    )
+
+
+def strategy_options(pm):
+    """Decorator adding each registered strategy's options (first declaration of a name)."""
+    seen = {}
+    for entry in pm.registry("strategy"):
+        for option in getattr(entry.item, "options", ()):
+            seen.setdefault(option.name, option)
+
+    def decorate(command):
+        for option in reversed(list(seen.values())):
+            command = _strategy_option(option)(command)
+        return command
+
+    return decorate
+
+
 def flags_from(params: dict) -> dict:
     """Click's flat parameters back into the TOML-shaped dict ``config.resolve`` takes."""
-    flags: dict = {section: {} for section in SECTIONS}
+    flags: dict = {section: {} for section in [*SECTIONS, "strategy_options"]}
     for name, value in params.items():
         if SEPARATOR in name:
             section, key = name.split(SEPARATOR, 1)
