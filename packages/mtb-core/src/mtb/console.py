@@ -45,6 +45,7 @@ def summary_table(document: dict) -> Table:
         ("MFU %", _fmt(summary["mfu"], scale=100.0, digits=2)),
         ("peak RSS per rank", _bytes(summary["peak_rss_bytes"])),
         ("model state per rank", _bytes(summary["model_state_bytes_per_rank"])),
+        ("model state estimate", _bytes({"mean": summary["model_state_estimate_bytes"]["total"]})),
         ("final loss", _fmt(summary["final_loss"], digits=4)),
     ]
     if "cuda_max_allocated_bytes" in summary:

@@ -135,8 +135,16 @@ def reduce_trial(
     )
 
 
-def summarize_trials(trials: list[Trial]) -> dict:
-    """Across-trial statistics of the headline numbers; a single run says so."""
+def estimate_error(measured: float | None, estimate: int) -> float | None:
+    """Relative error of the analytic estimate against the measured bytes."""
+    return (estimate - measured) / measured if measured else None
+
+
+def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
+    """Across-trial statistics of the headline numbers; a single run says so.
+
+    ``state_estimate`` is the strategy's analytic model-state bytes per rank.
+    """
 
     def series(get):
         return summarize([v for v in (get(t) for t in trials) if v is not None])
@@ -153,7 +161,11 @@ def summarize_trials(trials: list[Trial]) -> dict:
             lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)
         ),
         "clipped_steps": series(lambda t: sum(s["clipped"] for s in t.steps)),
+        "model_state_estimate_bytes": state_estimate,
     }
+    summary["model_state_estimate_error"] = estimate_error(
+        summary["model_state_bytes_per_rank"]["mean"], state_estimate["total"]
+    )
     for phase in PHASES:
         summary[phase] = series(lambda t, p=phase: sum(s[p] for s in t.steps) / len(t.steps))
     if "cuda_max_allocated_bytes" in trials[0].per_rank[0].memory:

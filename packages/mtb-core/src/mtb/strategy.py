@@ -70,6 +70,25 @@ class Strategy:
     install_hint: str = ""
     #: settings this strategy adds to ``mtb run`` and ``[strategy_options]``
     options: ClassVar[tuple[StrategyOption, ...]] = ()
+    #: model states split across the data-parallel ranks (for the analytic estimate)
+    sharded_states: tuple[str, ...] = ()
+
+    def state_bytes_per_parameter(self, training) -> dict[str, int]:
+        """Bytes per parameter of each model state before sharding.
+
+        fp32 master parameters and gradients (autocast keeps them fp32), plus
+        AdamW's two fp32 moments; SGD without momentum keeps no state.
+        """
+        optimizer = 8 if training.optimizer == "adamw" else 0
+        return {"parameters": 4, "gradients": 4, "optimizer_state": optimizer}
+
+    def state_bytes_estimate(self, parameters: int, world_size: int, training) -> dict:
+        """Analytic model-state bytes held by one rank, to set beside the measured ones."""
+        estimate = {
+            state: per_param * parameters // (world_size if state in self.sharded_states else 1)
+            for state, per_param in self.state_bytes_per_parameter(training).items()
+        }
+        return {**estimate, "total": sum(estimate.values())}
 
     def resolve_options(self, given: dict) -> dict:
         """Every option of this strategy: given values checked, the rest defaulted."""

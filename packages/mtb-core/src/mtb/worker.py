@@ -89,6 +89,10 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
     peak_values = [p for _, (p, _) in peaks]
     peak = sum(peak_values) / len(peak_values) if None not in peak_values else None
     fpt = flops_per_token(cfg.model)
+    strategy = pm.registry("strategy").get(cfg.strategy)
+    estimate = strategy.state_bytes_estimate(
+        parameter_count(cfg.model), context.world_size, cfg.training
+    )
     trials = [
         reduce_trial(
             i,
@@ -128,7 +132,7 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
         environment=environment,
         model=model,
         trials=trials,
-        summary=summarize_trials(trials),
+        summary=summarize_trials(trials, estimate),
     )
     return to_document(result)
 

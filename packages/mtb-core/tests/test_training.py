@@ -1,0 +1,161 @@
+"""Training features in core: LR schedule, clipping, non-finite agreement,
+activation checkpointing, strategy options and the state-bytes estimate."""
+
+import math
+
+import pytest
+from conftest import PLUGIN_DIR, TINY, mtb_subprocess, read_json
+
+from mtb import config, hookimpl
+from mtb.errors import ConfigError
+from mtb.schedule import lr_at
+from mtb.strategy import Strategy, StrategyOption
+
+
+def training(**values):
+    return config.resolve(flags={"preset": "tiny", "training": values}).training
+
+
+def test_constant_and_cosine_schedules():
+    assert [lr_at(s, training(lr=0.1), 10) for s in (0, 5, 9)] == [0.1, 0.1, 0.1]
+    cosine = training(lr=1.0, min_lr=0.1, lr_schedule="cosine", lr_warmup_steps=2)
+    assert lr_at(0, cosine, 12) == 0.5 and lr_at(1, cosine, 12) == 1.0
+    assert lr_at(2, cosine, 12) == 1.0  # decay starts after warmup
+    assert lr_at(7, cosine, 12) == pytest.approx(0.1 + 0.9 * 0.5)  # half way
+    assert lr_at(12, cosine, 12) == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match=r"training\.min_lr: 2\.0 must be <= training\.lr=1\.0"):
+        training(lr=1.0, min_lr=2.0)
+
+
+def test_run_records_lr_grad_norm_and_clipping(invoke, tmp_path):
+    out = tmp_path / "r.json"
+    args = ["--lr-schedule", "cosine", "--lr-warmup-steps", "2", "--max-grad-norm", "1e-3"]
+    assert invoke("run", *TINY, *args, "--output", out).exit_code == 0
+    doc = read_json(out)
+    steps = doc["trials"][0]["steps"]
+    assert [s["lr"] for s in steps] == [
+        lr_at(s["step"], training(**{"lr_schedule": "cosine", "lr_warmup_steps": 2}), 4)
+        for s in steps
+    ]
+    assert all(s["grad_norm"] > 1e-3 and s["clipped"] for s in steps)
+    assert doc["summary"]["clipped_steps"]["mean"] == 3
+
+
+def test_clipping_bounds_the_update_and_is_off_by_default(invoke, tmp_path):
+    assert invoke("run", *TINY, "--output", tmp_path / "a.json").exit_code == 0
+    steps = read_json(tmp_path / "a.json")["trials"][0]["steps"]
+    assert all(s["grad_norm"] is None and s["clipped"] is False for s in steps)
+
+
+def test_nan_on_one_process_fails_with_one_line_and_a_failure_document(invoke, tmp_path):
+    out = tmp_path / "r.json"
+    result = invoke("run", *TINY, "--inject-nan-at-step", "2", "--output", out)
+    assert result.exit_code == 1
+    message = "non-finite loss on rank(s) 0 at step 2; no optimizer step was taken"
+    assert result.output.strip().splitlines()[-1] == f"Error: {message}"
+    assert (read_json(out)["status"], read_json(out)["error"]) == ("failed", message)
+
+
+def test_nan_on_rank_1_stops_both_ranks_with_the_same_message(tmp_path):
+    out = tmp_path / "r.json"
+    env = {"MTB_PLUGIN_MODULES": "mtb_test_allreduce", "MTB_LOAD_PLUGINS": ""}
+    args = ["run", "--strategy", "test-allreduce", *TINY, "--nproc-per-node", "2"]
+    args += ["--inject-nan-at-step", "2", "--inject-nan-rank", "1", "--output", out]
+    done = mtb_subprocess(args, env=env)
+    assert done.returncode == 1
+    message = "non-finite loss on rank(s) 1 at step 2; no optimizer step was taken"
+    lines = set(done.stderr.splitlines())
+    assert {f"mtb: rank 0: {message}", f"mtb: rank 1: {message}"} <= lines
+    assert read_json(out)["status"] == "failed"
+    assert PLUGIN_DIR.exists()
+
+
+def test_activation_checkpointing_gives_the_same_losses(invoke, tmp_path):
+    for name, extra in (("plain", []), ("ac", ["--activation-checkpointing"])):
+        assert invoke("run", *TINY, *extra, "--output", tmp_path / f"{name}.json").exit_code == 0
+    plain, ac = (read_json(tmp_path / f"{n}.json") for n in ("plain", "ac"))
+    assert ac["config"]["training"]["activation_checkpointing"] is True
+    for a, b in zip(plain["trials"][0]["steps"], ac["trials"][0]["steps"], strict=True):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=1e-5)
+
+
+class WithOptions:
+    class Tunable(Strategy):
+        name = "tunable"
+        max_world_size = 1
+        options = (
+            StrategyOption("bucket_mb", int, 25, "bucket size", unit="MiB"),
+            StrategyOption("overlap", bool, True, "overlap communication"),
+            StrategyOption("mode", str, "fast", "mode", choices=("fast", "safe")),
+        )
+
+        def setup(self, model, make_optimizer, context):
+            from mtb.engine import Engine
+
+            return Engine(model, make_optimizer(model.parameters()), context)
+
+    @hookimpl
+    def mtb_register_strategies(self, register):
+        register(self.Tunable())
+
+
+@pytest.fixture
+def tunable(pm):
+    pm.register(WithOptions(), name="with-options")
+    yield pm
+    pm.unregister(name="with-options")
+
+
+def test_strategy_options_become_flags_and_are_stored(tunable, invoke, tmp_path):
+    help_text = " ".join(invoke("run", "--help").output.split())
+    assert "--bucket-mb INTEGER bucket size [default: 25; unit: MiB]" in help_text
+    assert "--overlap / --no-overlap" in help_text
+    out = tmp_path / "r.json"
+    toml = tmp_path / "run.toml"
+    toml.write_text('[strategy_options]\nmode = "safe"\nbucket_mb = 5\n')
+    args = ["run", "--strategy", "tunable", *TINY, "--config", toml, "--no-overlap"]
+    result = invoke(*args, "--output", out)
+    assert result.exit_code == 0, result.output
+    options = read_json(out)["config"]["strategy_options"]
+    assert options == {"bucket_mb": 5, "overlap": False, "mode": "safe"}
+
+
+def test_strategy_option_errors_name_the_option(tunable, invoke, tmp_path):
+    result = invoke("run", "--strategy", "single", *TINY, "--bucket-mb", "3")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "Error: strategy_options.bucket_mb: not an option of strategy 'single'; its options: none"
+    )
+    toml = tmp_path / "run.toml"
+    toml.write_text('[strategy_options]\nmode = "turbo"\n')
+    result = invoke("run", "--strategy", "tunable", *TINY, "--config", toml)
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "Error: strategy_options.mode: 'turbo' is not one of: fast, safe"
+    )
+    toml.write_text("[strategy_options]\nbucket_mb = true\n")
+    result = invoke("run", "--strategy", "tunable", *TINY, "--config", toml)
+    assert result.output.strip() == (
+        "Error: strategy_options.bucket_mb: expected an integer, got True"
+    )
+
+
+def test_state_estimate_shards_what_the_strategy_shards():
+    train = training()
+    replicated = Strategy().state_bytes_estimate(1000, 4, train)
+    assert replicated == {
+        "parameters": 4000,
+        "gradients": 4000,
+        "optimizer_state": 8000,
+        "total": 16000,
+    }
+    sharded = Strategy()
+    sharded.sharded_states = ("optimizer_state",)
+    assert sharded.state_bytes_estimate(1000, 4, train)["total"] == 4000 + 4000 + 2000
+
+
+def test_result_sets_estimate_beside_measured_bytes(invoke, tmp_path):
+    assert invoke("run", *TINY, "--output", tmp_path / "r.json").exit_code == 0
+    summary = read_json(tmp_path / "r.json")["summary"]
+    assert summary["model_state_estimate_bytes"]["total"] == 16 * 34688
+    assert abs(summary["model_state_estimate_error"]) < 0.01
