@@ -1,0 +1,36 @@
+"""The ``example`` plugin: registers the ``example-localsgd`` strategy.
+
+Local SGD (Stich, "Local SGD Converges Fast and Communicates Little", 2019;
+Lin et al., "Don't Use Large Mini-Batches, Use Local SGD", 2020): every rank
+trains its own replica on its own data shard and takes its own optimizer
+step; every ``sync_every`` steps the replicas' parameters are averaged with
+one all-reduce. Between syncs no gradient is communicated at all.
+
+This module is what mtb imports to list plugins, so it must not import
+torch; the engine (which does) is imported inside ``setup``.
+"""
+
+from mtb import hookimpl
+from mtb.strategy import Strategy
+
+
+class LocalSGDStrategy(Strategy):
+    name = "example-localsgd"
+    description = "Local SGD: local optimizer steps, parameters averaged every 2 steps"
+    #: optimizer steps between two parameter averages
+    sync_every: int = 2
+
+    def setup(self, model, make_optimizer, context):
+        from mtb_example_strategy.engine import LocalSGDEngine, broadcast_parameters
+
+        # Every rank must start from the same replica; ranks already build the
+        # model from the same seed, broadcasting makes it a guarantee.
+        broadcast_parameters(model)
+        return LocalSGDEngine(
+            model, make_optimizer(model.parameters()), context, sync_every=self.sync_every
+        )
+
+
+@hookimpl
+def mtb_register_strategies(register):
+    register(LocalSGDStrategy())
