@@ -2,7 +2,7 @@
 
 import torch
 
-from mtb.data import SyntheticTokens, batch_seed
+from mtb.data import SyntheticTokens, sample_seed
 
 
 def source(**overrides) -> SyntheticTokens:
@@ -45,6 +45,21 @@ def test_batch_shape_and_targets_are_shifted_inputs():
 
 
 def test_seed_mixing_separates_nearby_coordinates():
-    seeds = {batch_seed(1, s, m, r) for s in range(20) for m in range(4) for r in range(4)}
-    assert len(seeds) == 20 * 4 * 4
+    seeds = {sample_seed(seed, s, i) for seed in range(3) for s in range(20) for i in range(16)}
+    assert len(seeds) == 3 * 20 * 16
     assert all(0 <= s < 2**63 for s in seeds)
+
+
+def test_global_batch_is_the_same_however_it_is_split():
+    """single 4B == 2 ranks x 2B == 2 ranks x 2 micro-batches x B, sequence for sequence."""
+    whole = source(micro_batch_size=4).batch(3, 0).inputs
+    ranks = [
+        source(micro_batch_size=2, dp_rank=r, dp_world_size=2).batch(3, 0).inputs for r in range(2)
+    ]
+    assert torch.equal(torch.cat(ranks), whole)
+    accumulated = [
+        source(micro_batch_size=1, dp_rank=r, dp_world_size=2).batch(3, m).inputs
+        for m in range(2)
+        for r in range(2)
+    ]
+    assert torch.equal(torch.cat(accumulated), whole)

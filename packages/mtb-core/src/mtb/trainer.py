@@ -73,6 +73,7 @@ class Trainer:
             micro_batch_size=cfg.data.micro_batch_size,
             seed=cfg.data.seed,
             dp_rank=self.context.dp_rank,
+            dp_world_size=self.context.dp_world_size,
             device=self.context.device,
         )
 
