@@ -53,6 +53,14 @@ def local_bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
+def norm_value(norm) -> float | None:
+    """A norm as a float; a DTensor norm is reduced across its mesh first."""
+    if norm is None:
+        return None
+    full_tensor = getattr(norm, "full_tensor", None)
+    return float(full_tensor() if callable(full_tensor) else norm)
+
+
 def _unique(tensors):
     seen = set()
     for tensor in tensors:
@@ -98,23 +106,23 @@ class Engine:
     def grad_norm(self) -> torch.Tensor | None:
         """Global L2 norm of the (unscaled) gradients, equal on every rank.
 
-        Sharded gradients (DTensor) are reduced across their mesh, so the norm
-        is the whole model's, not this rank's shard's.
+        With sharded gradients (DTensor) the norm is a DTensor whose value is
+        the whole model's norm (see :func:`norm_value`), not one shard's.
         """
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in _unique(self.model.parameters()) if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads)
-        full_tensor = getattr(norm, "full_tensor", None)
-        return full_tensor() if callable(full_tensor) else norm
+        return torch.nn.utils.get_total_norm(grads)
 
     def optimizer_step(self, max_grad_norm: float | None = None, grad_norm=None) -> StepInfo:
-        """Clip to ``max_grad_norm`` using the ``grad_norm`` already computed, then step."""
-        clipped = False
+        """Clip to ``max_grad_norm`` with the ``grad_norm`` from :meth:`grad_norm`, then step.
+
+        The trainer records the norm and whether it clipped; an engine that
+        computes the norm inside its own step (DeepSpeed) reports both in StepInfo.
+        """
         if max_grad_norm is not None and grad_norm is not None:
             params = [p for p in _unique(self.model.parameters()) if p.grad is not None]
             torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, grad_norm)
-            clipped = bool(grad_norm > max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             scale = self.scaler.get_scale()
@@ -124,8 +132,7 @@ class Engine:
             self.optimizer.step()
             skipped = False
         self.zero_grad()
-        norm = None if grad_norm is None else float(grad_norm)
-        return StepInfo(grad_norm=norm, clipped=clipped, skipped=skipped)
+        return StepInfo(skipped=skipped)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -15,7 +15,7 @@ import torch
 from mtb.clock import PhaseClock
 from mtb.data import SyntheticTokens
 from mtb.distributed import ranks_with
-from mtb.engine import make_optimizer
+from mtb.engine import make_optimizer, norm_value
 from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
@@ -115,10 +115,14 @@ class Trainer:
             clock.mark("forward_backward")
         lr = lr_at(step, self.training, self.training.warmup_steps + self.training.steps)
         engine.set_lr(lr)
-        grad_norm = engine.grad_norm() if self.training.max_grad_norm is not None else None
+        max_norm = self.training.max_grad_norm
+        raw_norm = engine.grad_norm() if max_norm is not None else None
+        norm = norm_value(raw_norm)
         loss_value = loss_sum.item() / accum
-        self.check_finite(step, loss_value, grad_norm)
-        info = engine.optimizer_step(self.training.max_grad_norm, grad_norm)
+        self.check_finite(step, loss_value, norm)
+        info = engine.optimizer_step(max_norm, raw_norm)
+        if norm is not None:
+            info.grad_norm, info.clipped = norm, norm > max_norm
         clock.mark("optimizer")
         phases = clock.phases_ms()
         step_ms = (time.perf_counter() - started) * 1000.0
@@ -154,7 +158,7 @@ class Trainer:
         Raises the same error on every rank before any optimizer or scheduler
         step, so parameters stay as they were after the last good step.
         """
-        bad_grad = grad_norm is not None and not torch.isfinite(grad_norm).item()
+        bad_grad = grad_norm is not None and not math.isfinite(grad_norm)
         bad_loss, bad_grads = ranks_with(self.context, [not math.isfinite(loss), bad_grad])
         if not (bad_loss or bad_grads):
             return
