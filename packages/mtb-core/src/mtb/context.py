@@ -16,6 +16,8 @@ class RunContext:
     device: object = None  # torch.device; kept untyped so this module needs no torch
     backend: str | None = None
     trial: int = 0
+    #: the current trial's engine, for observers that inspect the model
+    engine: object = None
 
     @property
     def distributed(self) -> bool:

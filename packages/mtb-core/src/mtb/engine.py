@@ -144,6 +144,18 @@ class Engine:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
+    def full_model_state(self) -> dict[str, torch.Tensor]:
+        """Every parameter and buffer, unsharded, as CPU tensors (call on every rank).
+
+        For comparing strategies and verifying checkpoints; sharded engines
+        gather, so all ranks must call it together.
+        """
+        return {name: t.detach().cpu().clone() for name, t in self.model.state_dict().items()}
+
+    def details(self) -> dict:
+        """Strategy-specific facts for the result (resolved sync mode, engine config)."""
+        return {}
+
     def model_state_bytes(self) -> ModelStateBytes:
         """Exact bytes of parameters, gradients and optimizer state on this rank."""
         params = list(_unique(self.model.parameters()))

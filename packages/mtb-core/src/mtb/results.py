@@ -59,6 +59,8 @@ class RunResult:
     model: dict
     trials: list[Trial]
     summary: dict
+    #: what the strategy resolved at run time (sync mode, engine config), from rank 0
+    strategy_details: dict = attrs.field(factory=dict)
 
 
 result_converter = cattrs.Converter()
@@ -161,6 +163,13 @@ def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
             lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)
         ),
         "clipped_steps": series(lambda t: sum(s["clipped"] for s in t.steps)),
+        "gradient_syncs_per_step": series(
+            lambda t: (
+                None
+                if t.steps[0]["gradient_syncs"] is None
+                else sum(s["gradient_syncs"] for s in t.steps) / len(t.steps)
+            )
+        ),
         "model_state_estimate_bytes": state_estimate,
     }
     summary["model_state_estimate_error"] = estimate_error(

@@ -30,6 +30,7 @@ class TrialRecord:
     steps: list[StepMetrics]
     model_state_bytes: dict
     memory: dict
+    details: dict
 
 
 def seed_everything(seed: int) -> None:
@@ -85,6 +86,7 @@ class Trainer:
         engine = self.strategy.setup(
             model, lambda params: make_optimizer(params, self.training), self.context
         )
+        self.context.engine = engine
         data = self.data()
         clock = PhaseClock(self.context.device)
         self.hooks.mtb_run_start(context=self.context)
@@ -96,7 +98,8 @@ class Trainer:
             if on_step is not None:
                 on_step(metrics)
         state_bytes = self.probe_state_bytes(engine, data, len(steps))
-        return TrialRecord(self.context.rank, steps, state_bytes, memory_stats(self.context.device))
+        memory = memory_stats(self.context.device)
+        return TrialRecord(self.context.rank, steps, state_bytes, memory, engine.details())
 
     def step(self, engine, data, clock: PhaseClock, step: int) -> StepMetrics:
         accum = self.training.grad_accum_steps

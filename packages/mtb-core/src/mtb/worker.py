@@ -133,6 +133,7 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
         model=model,
         trials=trials,
         summary=summarize_trials(trials, estimate),
+        strategy_details=records_by_rank[0][0].details,
     )
     return to_document(result)
 

@@ -1,12 +1,17 @@
 """The ``strategies`` plugin (entry point ``mtb = strategies``).
 
-It implements no hooks yet. Its issue adds:
-
-- ``mtb_register_strategies``: ``ddp`` and ``fsdp`` (torch.distributed) and
-  ``zero1``/``zero2``/``zero3`` (DeepSpeed), the latter registered even when
-  DeepSpeed is missing, marked unavailable with the hint
-  ``pip install mtb-strategies[deepspeed]``;
-- ``mtb_register_checkpoint_backends``: a DeepSpeed checkpoint backend.
-
-torch and deepspeed are imported inside ``Strategy.setup``, never here.
+Registers ``ddp`` and ``fsdp`` (torch.distributed) and ``zero1``/``zero2``/
+``zero3`` (DeepSpeed); the ZeRO strategies register even when DeepSpeed is
+missing, marked unavailable with the install hint. torch and deepspeed are
+imported inside ``Strategy.setup``, never here.
 """
+
+from mtb import hookimpl
+from mtb_strategies.ddp import DDPStrategy
+from mtb_strategies.fsdp import FSDPStrategy
+
+
+@hookimpl
+def mtb_register_strategies(register):
+    register(DDPStrategy())
+    register(FSDPStrategy())

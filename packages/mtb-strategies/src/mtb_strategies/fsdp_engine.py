@@ -1,0 +1,100 @@
+"""The FSDP2 engine (imports torch; loaded only when an fsdp run starts)."""
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+from mtb.engine import Engine
+from mtb_strategies.sync_modes import SyncCounter
+
+
+class CountingReduceScatter(DefaultReduceScatter):
+    """FSDP's default reduce-scatter, counted (installed with set_custom_reduce_scatter)."""
+
+    def __init__(self, counter: SyncCounter):
+        self.counter = counter
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        self.counter.issued()
+        return dist.reduce_scatter_single(
+            output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op
+        )
+
+
+def shard(model, context, counter: SyncCounter):
+    """fully_shard each block, then the root (embeddings, final norm, tied head)."""
+    options = context.config.strategy_options
+    policy = MixedPrecisionPolicy()
+    if context.config.training.precision == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs = {
+        "reshard_after_forward": options.get("fsdp_reshard_after_forward", True),
+        "mp_policy": policy,
+    }
+    for block in model.blocks:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_custom_reduce_scatter(CountingReduceScatter(counter))
+    return model
+
+
+class FSDPEngine(Engine):
+    def __init__(self, model, optimizer, context, sync_mode: str, counter: SyncCounter):
+        super().__init__(model, optimizer, context)
+        self.sync_mode = sync_mode
+        self.counter = counter
+
+    @classmethod
+    def build(cls, model, make_optimizer, context, sync_mode: str):
+        counter = SyncCounter()
+        sharded = shard(model, context, counter)
+        return cls(sharded, make_optimizer(sharded.parameters()), context, sync_mode, counter)
+
+    def autocast(self):
+        """Precision comes from the MixedPrecisionPolicy, not autocast."""
+        return contextlib.nullcontext()
+
+    def details(self) -> dict:
+        requested = self.context.config.training.gradient_sync_mode
+        return {"gradient_sync_mode": {"requested": requested, "resolved": self.sync_mode}}
+
+    def sync_context(self, is_last_micro_batch: bool):
+        self.model.set_requires_gradient_sync(self.sync_mode == "every" or is_last_micro_batch)
+        return contextlib.nullcontext()
+
+    def backward(self, loss) -> None:
+        self.counter.begin()
+        super().backward(loss)
+        self.counter.end()
+
+    def optimizer_step(self, max_grad_norm=None, grad_norm=None):
+        info = super().optimizer_step(max_grad_norm, grad_norm)
+        info.gradient_syncs = self.counter.take()
+        return info
+
+    def state_dict(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def full_model_state(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+        )

@@ -1,0 +1,87 @@
+"""Helpers for strategy tests: 2-rank gloo launches compared with `single`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+PLUGIN_DIR = Path(__file__).parent / "plugins"
+# tiny model, fp32, 5 measured steps, a learning rate that moves the weights
+BASE = [
+    "--preset",
+    "tiny",
+    "--steps",
+    "5",
+    "--warmup-steps",
+    "0",
+    "--lr",
+    "1e-3",
+    "--device",
+    "cpu",
+    "--timeout",
+    "300",
+]
+
+
+def launch(strategy, tmp_path: Path, *args, nproc=2, name="run", env=None):
+    """``mtb run`` in a subprocess with the dump observer; returns (process, result, state)."""
+    out, dump = tmp_path / f"{name}.json", tmp_path / f"{name}.pt"
+    child_env = {
+        **os.environ,
+        "MTB_PLUGIN_MODULES": "mtb_test_dump",
+        "MTB_TEST_DUMP": str(dump),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PLUGIN_DIR), os.environ.get("PYTHONPATH")])
+        ),
+        **(env or {}),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "mtb",
+        "run",
+        "--strategy",
+        strategy,
+        *BASE,
+        "--nproc-per-node",
+        str(nproc),
+        "--output",
+        str(out),
+        *map(str, args),
+    ]
+    done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=400)
+    result = json.loads(out.read_text()) if out.exists() else None
+    state = torch.load(dump) if dump.exists() else None
+    return done, result, state
+
+
+def losses(result) -> list[float]:
+    return [s["loss"] for s in result["trials"][0]["steps"]]
+
+
+def assert_same_training(result, state, reference):
+    """Per-step losses within 1e-5 (relative) and final parameters within tolerance."""
+    ref_result, ref_state = reference
+    assert losses(result) == pytest.approx(losses(ref_result), rel=1e-5)
+    assert state.keys() == ref_state.keys()
+    for name, tensor in ref_state.items():
+        torch.testing.assert_close(
+            state[name].float(),
+            tensor.float(),
+            rtol=1e-4,
+            atol=1e-5,
+            msg=lambda m, n=name: f"{n}: {m}",
+        )
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """`single` on the whole global batch (4 sequences a step), the baseline."""
+    tmp = tmp_path_factory.mktemp("single")
+    done, result, state = launch("single", tmp, "--micro-batch-size", "4", nproc=1)
+    assert done.returncode == 0, done.stderr
+    return result, state
