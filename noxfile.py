@@ -1,0 +1,120 @@
+"""Lint, the test matrix, the example third-party plugin, and the benchmarks.
+
+``nox`` runs every session except ``bench``; ``nox -s bench`` runs the
+benchmarks. ``nox -l`` lists the sessions. Every install is constrained by
+constraints.txt, and torch is installed first on its own so that the pinned
+release resolves to its CPU build instead of a multi-GB CUDA build.
+
+Arguments after ``--`` go to pytest (or to bench.py), e.g.
+``nox -s "tests(core)" -- -k config -x``.
+"""
+
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.3.2"
+nox.options.sessions = ["lint", "tests", "plugin_example"]
+nox.options.error_on_external_run = True
+
+ROOT = Path(__file__).parent
+CONSTRAINTS = ("-c", "constraints.txt")
+CORE = "packages/mtb-core"
+PACKAGES = {
+    "strategies": "packages/mtb-strategies",
+    "comm": "packages/mtb-comm",
+    "megatron": "packages/mtb-megatron",
+    "report": "packages/mtb-report",
+}
+EXAMPLE = "examples/mtb-example-strategy"
+
+# Fails unless mtb and the example plugin are imported from site-packages,
+# i.e. installed as real distributions rather than linked to the source tree.
+CHECK_NOT_EDITABLE = """
+import pathlib, sysconfig
+import mtb, mtb_example_strategy
+site = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
+for module in (mtb, mtb_example_strategy):
+    path = pathlib.Path(module.__file__).resolve()
+    assert site in path.parents, f"{module.__name__} is not installed: {path}"
+"""
+
+
+def install(session: nox.Session, *args: str) -> None:
+    session.install(*CONSTRAINTS, *args)
+
+
+def install_torch(session: nox.Session) -> None:
+    """torch first, before the packages: the pinned release, whose wheel here is the CPU build.
+
+    Installed without byte-compiling (that alone takes half a minute per
+    session for torch's thousands of modules); the few hundred modules a test
+    imports are compiled on first import and cached in the session's
+    environment, also where the caller's shell sets PYTHONDONTWRITEBYTECODE.
+
+    numpy comes with it because torch.distributed's object collectives
+    (``all_gather_object``, which mtb-core's multi-rank gather uses) need it
+    and the torch wheel does not require it. Drop it here once mtb-core
+    declares numpy itself.
+    """
+    session.env["PYTHONDONTWRITEBYTECODE"] = ""  # empty means unset to Python
+    install(session, "--no-compile", "torch", "numpy")
+
+
+def editable(*projects: str) -> list[str]:
+    return [arg for project in projects for arg in ("-e", project)]
+
+
+def regular(*projects: str) -> list[str]:
+    """Projects to install as built wheels, with stale setuptools build folders removed.
+
+    setuptools reuses ``build/`` inside the project, so a module deleted from
+    the source could otherwise still ship in the wheel.
+    """
+    for project in projects:
+        shutil.rmtree(ROOT / project.split("[")[0] / "build", ignore_errors=True)
+    return list(projects)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repository (ruff.toml)."""
+    install(session, "ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+@nox.parametrize("combo", [nox.param(name, id=name) for name in ("core", *PACKAGES, "all")])
+def tests(session: nox.Session, combo: str) -> None:
+    """One package's tests with only what it needs installed; ``all``: the top-level tests/."""
+    install_torch(session)
+    if combo == "core":
+        install(session, *editable(f"{CORE}[test]"))
+        target = f"{CORE}/tests"
+    elif combo == "all":
+        install(session, *editable(f"{CORE}[test]", *PACKAGES.values()))
+        target = "tests"
+    else:
+        install(session, *editable(CORE, f"{PACKAGES[combo]}[test]"))
+        target = f"{PACKAGES[combo]}/tests"
+    session.run("pytest", target, *session.posargs)
+
+
+@nox.session
+def plugin_example(session: nox.Session) -> None:
+    """The example third-party plugin, installed for real next to mtb-core, used via mtb."""
+    install_torch(session)
+    install(session, *regular(CORE, f"{EXAMPLE}[test]"))
+    session.run("python", "-c", CHECK_NOT_EDITABLE)
+    session.run("pytest", f"{EXAMPLE}/tests", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks with every package installed; writes results/bench.json."""
+    install_torch(session)
+    install(session, *regular(CORE, *PACKAGES.values()))
+    (ROOT / "results").mkdir(exist_ok=True)
+    session.run("python", "benchmarks/bench.py", "--output", "results/bench.json", *session.posargs)
