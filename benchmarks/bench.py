@@ -74,12 +74,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="device for (a)"
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads for (a) (default: torch's own choice, all cores)",
+    )
     parser.add_argument("--skip-harness", action="store_true", help="only measure start-up")
     parser.add_argument("--skip-startup", action="store_true", help="only measure overhead")
     parser.add_argument(
         "--check", action="store_true", help="exit 1 when a measured target is missed"
     )
     args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be >= 1")
     for name in ("steps", "rounds", "startup_runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -219,6 +227,8 @@ def measure_harness(args, console) -> dict:
 
     if args.warmup_steps < 1:
         raise SystemExit("bench: --warmup-steps must be >= 1 for the harness measurement")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)  # both sides share this process and its threads
     stamps = StepTimestamps()
     pm = make_plugin_manager(stamps)
     bare_rounds, mtb_rounds = [], []
