@@ -85,3 +85,54 @@ def reference(tmp_path_factory):
     done, result, state = launch("single", tmp, "--micro-batch-size", "4", nproc=1)
     assert done.returncode == 0, done.stderr
     return result, state
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Results by (strategy, variant), launched once and shared by the tests below."""
+    cache = {}
+
+    def get(strategy, variant, *args):
+        key = (strategy, variant)
+        if key not in cache:
+            tmp = tmp_path_factory.mktemp(f"{strategy}-{variant}")
+            done, result, state = launch(strategy, tmp, *args)
+            assert done.returncode == 0, done.stderr
+            cache[key] = (result, state)
+        return cache[key]
+
+    return get
+
+
+def accumulated(runs, strategy, mode="auto", *extra):
+    """2 ranks x 2 micro-batches of 1 sequence: the reference's global batch of 4.
+
+    Matching ``single`` here shows both that the strategy equals single on the
+    same global batch and that K=2 micro-batches of B equal one step of 2B
+    (the reference takes its 4 sequences in one micro-batch).
+    """
+    args = ["--micro-batch-size", "1", "--grad-accum-steps", "2", "--gradient-sync-mode", mode]
+    return runs(strategy, f"k2-{mode}", *args, *extra)
+
+
+def syncs(result) -> set:
+    return {s["gradient_syncs"] for s in result["trials"][0]["steps"]}
+
+
+def per_rank_bytes(result, state: str = "total") -> list[int]:
+    return [r["model_state_bytes"][state] for r in result["trials"][0]["per_rank"]]
+
+
+@pytest.fixture
+def invoke_strategies():
+    """The CLI in-process over the installed plugins (no subprocess)."""
+    from click.testing import CliRunner
+
+    from mtb.cli import make_cli
+    from mtb.plugins import build_plugin_manager
+
+    def run(*args):
+        cli = make_cli(build_plugin_manager())
+        return CliRunner().invoke(cli, ["run", "--preset", "tiny", *map(str, args)])
+
+    return run

@@ -9,9 +9,12 @@ imported inside ``Strategy.setup``, never here.
 from mtb import hookimpl
 from mtb_strategies.ddp import DDPStrategy
 from mtb_strategies.fsdp import FSDPStrategy
+from mtb_strategies.zero import ZeroStrategy
 
 
 @hookimpl
 def mtb_register_strategies(register):
     register(DDPStrategy())
     register(FSDPStrategy())
+    for stage in (1, 2, 3):
+        register(ZeroStrategy(stage))

@@ -1,6 +1,9 @@
 """Gradient synchronisation under accumulation: requested vs resolved modes."""
 
+from mtb.config import SYNC_MODES
 from mtb.errors import ConfigError
+
+USER_MODES = tuple(m for m in SYNC_MODES if m != "auto")
 
 
 def resolve_sync_mode(requested: str, default: str, allowed: tuple[str, ...], strategy: str):
@@ -10,7 +13,7 @@ def resolve_sync_mode(requested: str, default: str, allowed: tuple[str, ...], st
         raise ConfigError(
             "training.gradient_sync_mode",
             f"{requested!r} is not supported by strategy {strategy!r}; "
-            f"allowed: auto, {', '.join(allowed)}",
+            f"allowed: {', '.join(['auto', *(a for a in allowed if a in USER_MODES)])}",
         )
     return resolved
 
