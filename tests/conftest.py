@@ -1,0 +1,14 @@
+"""Shared helpers for the cross-package and end-to-end tests."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_block(marker: str) -> str:
+    """The fenced block that follows ``<!-- marker -->`` in README.md."""
+    text = (ROOT / "README.md").read_text()
+    match = re.search(rf"<!-- {marker} -->\s*```bash\n(.*?)```", text, re.S)
+    assert match, f"README.md has no block marked {marker}"
+    return match.group(1)
