@@ -53,6 +53,11 @@ def local_bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
+def cpu_copy(state: dict) -> dict:
+    """Detached CPU copies of a state dict's tensors."""
+    return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
+
+
 def norm_value(norm) -> float | None:
     """A norm as a float; a DTensor norm is reduced across its mesh first."""
     if norm is None:
@@ -150,7 +155,7 @@ class Engine:
         For comparing strategies and verifying checkpoints; sharded engines
         gather, so all ranks must call it together.
         """
-        return {name: t.detach().cpu().clone() for name, t in self.model.state_dict().items()}
+        return cpu_copy(self.model.state_dict())
 
     def details(self) -> dict:
         """Strategy-specific facts for the result (resolved sync mode, engine config)."""

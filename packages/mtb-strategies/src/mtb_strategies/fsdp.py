@@ -8,12 +8,13 @@ cost of unsharded gradient memory.
 
 from typing import ClassVar
 
-from mtb.strategy import Strategy, StrategyOption
-from mtb_strategies.sync_modes import resolve_sync_mode
+from mtb.strategy import StrategyOption
+from mtb_strategies.data_parallel import TorchDataParallelStrategy
 
 
-class FSDPStrategy(Strategy):
+class FSDPStrategy(TorchDataParallelStrategy):
     name = "fsdp"
+    default_sync_mode = "every"
     description = "FSDP2 fully_shard per block and root (sharded params, grads, optimizer)"
     precisions: ClassVar[dict] = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16")}
     sharded_states = ("parameters", "gradients", "optimizer_state")
@@ -26,15 +27,7 @@ class FSDPStrategy(Strategy):
         ),
     )
 
-    def resolve_sync(self, requested: str) -> str:
-        return resolve_sync_mode(requested, "every", ("every", "last"), self.name)
-
-    def check(self, config, device_type: str) -> None:
-        super().check(config, device_type)
-        self.resolve_sync(config.training.gradient_sync_mode)
-
-    def setup(self, model, make_optimizer, context):
+    def build_engine(self, model, make_optimizer, context, sync_mode: str):
         from mtb_strategies.fsdp_engine import FSDPEngine
 
-        mode = self.resolve_sync(context.config.training.gradient_sync_mode)
-        return FSDPEngine.build(model, make_optimizer, context, mode)
+        return FSDPEngine.build(model, make_optimizer, context, sync_mode)

@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
-from mtb.engine import Engine
+from mtb_strategies.counted_engine import CountedSyncEngine
 from mtb_strategies.sync_modes import SyncCounter
 
 
@@ -43,12 +43,7 @@ def shard(model, context, counter: SyncCounter):
     return model
 
 
-class FSDPEngine(Engine):
-    def __init__(self, model, optimizer, context, sync_mode: str, counter: SyncCounter):
-        super().__init__(model, optimizer, context)
-        self.sync_mode = sync_mode
-        self.counter = counter
-
+class FSDPEngine(CountedSyncEngine):
     @classmethod
     def build(cls, model, make_optimizer, context, sync_mode: str):
         counter = SyncCounter()
@@ -59,23 +54,9 @@ class FSDPEngine(Engine):
         """Precision comes from the MixedPrecisionPolicy, not autocast."""
         return contextlib.nullcontext()
 
-    def details(self) -> dict:
-        requested = self.context.config.training.gradient_sync_mode
-        return {"gradient_sync_mode": {"requested": requested, "resolved": self.sync_mode}}
-
     def sync_context(self, is_last_micro_batch: bool):
         self.model.set_requires_gradient_sync(self.sync_mode == "every" or is_last_micro_batch)
         return contextlib.nullcontext()
-
-    def backward(self, loss) -> None:
-        self.counter.begin()
-        super().backward(loss)
-        self.counter.end()
-
-    def optimizer_step(self, max_grad_norm=None, grad_norm=None):
-        info = super().optimizer_step(max_grad_norm, grad_norm)
-        info.gradient_syncs = self.counter.take()
-        return info
 
     def state_dict(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
