@@ -25,10 +25,16 @@ torch start-up, which is not step overhead and is measured separately in (b).
 
 Both sides are timed the same way: a timestamp at the end of every step
 (for mtb, taken in an ``mtb_step_end`` hook implementation registered by this
-script), and tokens/s = measured tokens / (end of last measured step - end of
-last warmup step). That wall-clock window includes everything mtb does
-between steps, not only what it times inside ``Trainer.step``; mtb's own
-reported tokens/s (sum of its ``step_ms``) is recorded next to it.
+script). The intervals between consecutive timestamps tile the measured
+window, so they include everything mtb does between steps, not only what it
+times inside ``Trainer.step``. Two rates come from them: total tokens over
+total time (mtb's own definition of tokens/s) and tokens per step over the
+median interval. The verdict uses the median-step rate, paired per round:
+on a shared machine a few steps slowed by other processes move the total
+time by far more than the 2 % being tested, the median barely. mtb's own
+reported tokens/s (sum of its ``step_ms``) is recorded next to both.
+The 1-minute load average before and after is stored with the result: read
+the numbers with it.
 
 Exit status is 0 when the benchmark ran, whether or not a target was met
 (targets are reported, not asserted); ``--check`` makes a missed target exit 1.
