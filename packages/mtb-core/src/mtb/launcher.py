@@ -121,6 +121,9 @@ def spawn(config) -> None:
     from torch.distributed.launcher.api import elastic_launch
 
     os.environ.setdefault(provenance.COMMAND_LINE_VARIABLE, provenance.command_line())
+    # as torchrun does, keep workers from oversubscribing the cores (unless the user chose)
+    threads = max(1, (os.cpu_count() or 1) // config.launch.nproc_per_node)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config_mod.to_dict(config)))

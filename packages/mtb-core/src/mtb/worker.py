@@ -28,6 +28,12 @@ def plugin_list(pm) -> list[dict]:
     ]
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def peak_flops(context) -> tuple[float | None, str]:
     """This rank's device peak for MFU and where the figure came from."""
     cfg = context.config
@@ -111,6 +117,7 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
         "device": str(context.device.type),
         "backend": context.backend,
         "hostnames": hostnames,
+        "torch_threads": torch_threads(),
         "peak_flops_per_device": peak,
         "peak_flops_source": peaks[0][1][1],
         "peak_flops_per_rank": peak_values,
