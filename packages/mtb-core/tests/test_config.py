@@ -94,3 +94,7 @@ def test_fingerprint_covers_workload_not_launch():
     other = config.resolve(flags={"preset": "tiny", "training": {"precision": "bf16"}})
     assert config.fingerprint(base) == config.fingerprint(same)
     assert config.fingerprint(base) != config.fingerprint(other)
+
+
+def test_peak_tflops_must_be_positive():
+    assert error_of(flags={"peak_tflops": 0.0}) == "peak_tflops: must be > 0, got 0.0"

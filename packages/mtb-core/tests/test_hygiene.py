@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY, read_json
+from conftest import TINY, mtb_subprocess, read_json
 
 from mtb.reporting import write_atomic
 from mtb.results import from_document, to_document
@@ -65,3 +65,29 @@ def test_result_document_round_trips_through_cattrs(invoke, tmp_path):
     assert result.trials[0].per_rank[0].rank == 0
     assert to_document(result) == doc
     assert json.loads(json.dumps(to_document(result))) == doc
+
+
+def test_clashing_plugins_fail_every_command_with_one_line():
+    done = mtb_subprocess(["--help"], env={"MTB_PLUGIN_MODULES": "mtb_test_clash"}, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "Error: strategy 'single' is registered by both 'mtb.strategies.single' and "
+        "'mtb_test_clash'; uninstall one or exclude it with MTB_LOAD_PLUGINS"
+    )
+
+
+def test_one_process_runs_honour_the_timeout(tmp_path):
+    out = tmp_path / "r.json"
+    env = {"MTB_PLUGIN_MODULES": "mtb_test_slow"}
+    args = ["run", "--strategy", "test-slow", *TINY, "--timeout", "3", "--output", out]
+    done = mtb_subprocess(args, env=env, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == "Error: launch exceeded launch.timeout_s=3 s"
+    assert read_json(out)["status"] == "timeout"
+
+
+def test_registering_a_module_twice_is_harmless(monkeypatch):
+    from mtb.plugins import DEFAULT_PLUGINS, build_plugin_manager
+
+    monkeypatch.setenv("MTB_PLUGIN_MODULES", DEFAULT_PLUGINS[0])
+    assert build_plugin_manager().registry("strategy").names()[0] == "single"

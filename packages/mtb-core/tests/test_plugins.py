@@ -155,3 +155,9 @@ def test_plugin_modules_variable_registers_importable_modules(monkeypatch, tmp_p
     monkeypatch.setenv("MTB_PLUGIN_MODULES", "local_plugin")
     pm = build_plugin_manager()
     assert pm.registry("strategy").items["fancy"].plugin == "local_plugin"
+
+
+def test_dotted_requirement_with_a_missing_parent_is_unavailable():
+    strategy = Strategy()
+    strategy.requires = ("no_such_package_anywhere.ops",)
+    assert strategy.unavailable_reason() == "needs no_such_package_anywhere.ops"

@@ -219,6 +219,8 @@ class RunConfig:
     strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
 
     def __attrs_post_init__(self):
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            raise ConfigError("peak_tflops", f"must be > 0, got {self.peak_tflops}")
         if self.training.inject_nan_rank >= self.launch.world_size:
             raise ConfigError(
                 "training.inject_nan_rank",

@@ -137,9 +137,14 @@ def spawn(config) -> None:
 
 
 def record_failure(config, pm, status: str, message: str) -> None:
-    """Leave a failed-run document at the result path unless a worker wrote one."""
+    """Leave a failed-run document at the result path unless a worker wrote one.
+
+    Under torchrun only rank 0 writes it, as it would have written the result.
+    """
     from mtb.worker import plugin_list, write_result
 
+    if os.environ.get("RANK", "0") != "0":
+        return
     path = Path(config.output)
     if path.exists() and json.loads(path.read_text()).get("status") == "ok":
         return
@@ -157,26 +162,33 @@ def announce(config) -> None:
     print(
         f"mtb run: strategy {config.strategy}, preset {config.preset}, "
         f"{parameter_count(config.model) / 1e6:,.2f}M parameters, "
-        f"world size {config.launch.world_size}",
+        f"world size {os.environ.get('WORLD_SIZE', config.launch.world_size)}",
         file=sys.stderr,
     )
 
 
-def launch(config, pm) -> dict | None:
-    """Run ``config``: in this process for one rank or under torchrun, else spawn workers."""
+def _run(config, pm) -> dict | None:
+    """In this process (one rank, or a torchrun worker) under the deadline, else spawned."""
     from mtb import worker
     from mtb.distributed import launched_by_torchrun
 
+    if launched_by_torchrun() or config.launch.world_size == 1:
+        with deadline(config.launch.timeout_s):
+            return worker.run(config, pm)
+    spawn(config)
+    return json.loads(Path(config.output).read_text())
+
+
+def launch(config, pm) -> dict | None:
+    """Run ``config``; a failure leaves a failure document and raises RunFailed."""
+    from mtb.distributed import launched_by_torchrun
+
     config = prepare(config, pm)
-    if launched_by_torchrun():
-        announce(config)
-        return worker.run(config, pm)
-    preflight(config, pm)
+    if not launched_by_torchrun():
+        preflight(config, pm)
     announce(config)
     try:
-        if config.launch.world_size == 1:
-            return worker.run(config, pm)
-        spawn(config)
+        return _run(config, pm)
     except LaunchTimeout as error:
         record_failure(config, pm, "timeout", str(error))
         raise RunFailed(str(error)) from None
@@ -188,4 +200,3 @@ def launch(config, pm) -> dict | None:
         message = one_line(error)
         record_failure(config, pm, failure_status(message), message)
         raise RunFailed(message) from None
-    return json.loads(Path(config.output).read_text())

@@ -28,6 +28,7 @@ class StepMetrics:
     lr: float = 0.0
     grad_norm: float | None = None
     clipped: bool = False
+    skipped: bool = False
     gradient_syncs: int | None = None
 
 

@@ -94,6 +94,8 @@ def _register_modules(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) ->
     """
     for module_name in filter(None, os.environ.get("MTB_PLUGIN_MODULES", "").split(",")):
         module_name = module_name.strip()
+        if pm.get_plugin(module_name) is not None:
+            continue
         try:
             module = importlib.import_module(module_name)
         except Exception as error:

@@ -111,6 +111,7 @@ def reduce_trial(
             "lr": s.lr,
             "grad_norm": s.grad_norm,
             "clipped": s.clipped,
+            "skipped": s.skipped,
             "gradient_syncs": s.gradient_syncs,
         }
         for i, s in enumerate(measured[0])

@@ -14,6 +14,14 @@ from mtb.errors import ConfigError, UsageError
 OPTION_TYPES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (dotted names too)."""
+    try:
+        return find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        return False
+
+
 @attrs.frozen
 class StrategyOption:
     """A setting a strategy adds to ``mtb run`` (as ``--NAME``) and to ``[strategy_options]``.
@@ -106,7 +114,7 @@ class Strategy:
 
     def unavailable_reason(self) -> str | None:
         """None when usable, else which modules are missing and the install hint."""
-        missing = [module for module in self.requires if find_spec(module) is None]
+        missing = [module for module in self.requires if not _importable(module)]
         if not missing:
             return None
         hint = f"; install with: {self.install_hint}" if self.install_hint else ""

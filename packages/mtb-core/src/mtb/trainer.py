@@ -1,8 +1,9 @@
 """The measured training loop: warmup, measured steps, one trial at a time.
 
 Each trial rebuilds model, engine and data so trials are independent; every
-number a trial records is this rank's own. Cross-rank reduction happens once
-per trial, after the loop, so measuring adds no collective to a step.
+number a trial records is this rank's own. Timings are reduced across ranks
+once per trial, after the loop; the only collective the loop adds is the
+per-step agreement on non-finite values (one small all_reduce).
 """
 
 import math
@@ -141,6 +142,7 @@ class Trainer:
             lr=lr,
             grad_norm=info.grad_norm,
             clipped=info.clipped,
+            skipped=info.skipped,
             gradient_syncs=info.gradient_syncs,
         )
 

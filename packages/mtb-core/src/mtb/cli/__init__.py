@@ -47,8 +47,8 @@ def main() -> None:
     from mtb.plugins import get_plugin_manager
 
     try:
-        pm = get_plugin_manager()
-    except MtbError as error:
+        cli = make_cli(get_plugin_manager())
+    except MtbError as error:  # a broken plugin set (strict mode, clashing names)
         click.echo(f"Error: {error}", err=True)
         raise SystemExit(error.exit_code) from None
-    make_cli(pm)(prog_name="mtb")
+    cli(prog_name="mtb")
