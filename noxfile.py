@@ -28,6 +28,8 @@ PACKAGES = {
     "report": "packages/mtb-report",
 }
 EXAMPLE = "examples/mtb-example-strategy"
+# optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed)
+EXTRAS = {"strategies": "test,deepspeed"}
 
 # Fails unless mtb and the example plugin are imported from site-packages,
 # i.e. installed as real distributions rather than linked to the source tree.
@@ -54,14 +56,10 @@ def install_torch(session: nox.Session) -> None:
     session for torch's thousands of modules); the few hundred modules a test
     imports are compiled on first import and cached in the session's
     environment, also where the caller's shell sets PYTHONDONTWRITEBYTECODE.
-
-    numpy comes with it because torch.distributed's object collectives
-    (``all_gather_object``, which mtb-core's multi-rank gather uses) need it
-    and the torch wheel does not require it. Drop it here once mtb-core
-    declares numpy itself.
     """
     session.env["PYTHONDONTWRITEBYTECODE"] = ""  # empty means unset to Python
-    install(session, "--no-compile", "torch", "numpy", "setuptools")
+    session.env["DS_BUILD_OPS"] = "0"  # DeepSpeed: no C++ ops at install (JIT where needed)
+    install(session, "--no-compile", "torch", "setuptools")
 
 
 def install_projects(session: nox.Session, *args: str) -> None:
@@ -109,7 +107,8 @@ def tests(session: nox.Session, combo: str) -> None:
         install_projects(session, *editable(f"{CORE}[test]", *PACKAGES.values()))
         target = "tests"
     else:
-        install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[test]"))
+        extras = EXTRAS.get(combo, "test")
+        install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[{extras}]"))
         target = f"{PACKAGES[combo]}/tests"
     session.run("pytest", target, *session.posargs)
 
@@ -125,8 +124,13 @@ def plugin_example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks with every package installed; writes results/bench.json."""
+    """Benchmarks with every package installed: results/bench.json, results/strategies.json.
+
+    Arguments after ``--`` go to bench.py (harness overhead and start-up).
+    """
     install_torch(session)
-    install_projects(session, *regular(CORE, *PACKAGES.values()))
+    packages = [f"{p}[deepspeed]" if p == PACKAGES["strategies"] else p for p in PACKAGES.values()]
+    install_projects(session, *regular(CORE, *packages))
     (ROOT / "results").mkdir(exist_ok=True)
     session.run("python", "benchmarks/bench.py", "--output", "results/bench.json", *session.posargs)
+    session.run("python", "benchmarks/strategies.py", "--output", "results/strategies.json")
