@@ -159,3 +159,31 @@ def test_result_sets_estimate_beside_measured_bytes(invoke, tmp_path):
     summary = read_json(tmp_path / "r.json")["summary"]
     assert summary["model_state_estimate_bytes"]["total"] == 16 * 34688
     assert abs(summary["model_state_estimate_error"]) < 0.01
+
+
+def test_non_finite_step_leaves_parameters_as_after_the_last_good_step(pm):
+    import torch
+
+    from mtb.context import RunContext
+    from mtb.errors import NonFiniteError
+    from mtb.trainer import Trainer
+
+    cfg = config.resolve(
+        flags={
+            "preset": "tiny",
+            "training": {"steps": 4, "warmup_steps": 0, "inject_nan_at_step": 2},
+        }
+    )
+    context = RunContext(cfg, device=torch.device("cpu"))
+    trainer = Trainer(context, pm.registry("strategy").get("single"), pm.hook)
+    snapshots = {}
+
+    def keep(metrics):
+        snapshots[metrics.step] = context.engine.full_model_state()
+
+    with pytest.raises(NonFiniteError, match="at step 2; no optimizer step was taken"):
+        trainer.run_trial(0, on_step=keep)
+    assert sorted(snapshots) == [0, 1]
+    after = context.engine.full_model_state()
+    assert all(torch.equal(after[k], v) for k, v in snapshots[1].items())
+    assert not all(torch.equal(snapshots[0][k], v) for k, v in snapshots[1].items())
