@@ -93,7 +93,7 @@ def runs(tmp_path_factory):
     cache = {}
 
     def get(strategy, variant, *args):
-        key = (strategy, variant)
+        key = (strategy, variant, *args)
         if key not in cache:
             tmp = tmp_path_factory.mktemp(f"{strategy}-{variant}")
             done, result, state = launch(strategy, tmp, *args)

@@ -72,3 +72,12 @@ def test_fp16_on_cpu_and_unknown_sync_modes_are_refused_before_launch(invoke_str
     result = invoke_strategies("--strategy", "fsdp", "--precision", "fp16", "--device", "cpu")
     assert result.exit_code == 2
     assert "'fp16' is not supported by strategy 'fsdp' on cpu" in result.output
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
+def test_activation_checkpointing_trains_identically(runs, reference, strategy):
+    if strategy == "zero3":
+        pytest.importorskip("deepspeed")
+    result, state = accumulated(runs, strategy, "auto", "--activation-checkpointing")
+    assert result["config"]["training"]["activation_checkpointing"] is True
+    assert_same_training(result, state, reference)
