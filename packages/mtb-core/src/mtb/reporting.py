@@ -13,7 +13,8 @@ class Reporter:
     suffix: str = ""
 
     def render(self, documents: list[dict]) -> str:
-        raise NotImplementedError
+        """The file's text; every reporter overrides it."""
+        raise NotImplementedError(f"reporter {self.name!r} does not implement render()")
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -141,5 +141,8 @@ class Strategy:
             )
 
     def setup(self, model, make_optimizer, context):
-        """Wrap ``model``, build its optimizer and return an :class:`mtb.engine.Engine`."""
-        raise NotImplementedError
+        """Wrap ``model``, build its optimizer and return an :class:`mtb.engine.Engine`.
+
+        The contract's one required method: every strategy overrides it.
+        """
+        raise NotImplementedError(f"strategy {self.name!r} does not implement setup()")

@@ -1,13 +1,20 @@
-"""What ddp and fsdp share: a default sync mode, checked before launch."""
+"""What ddp and fsdp share: a default sync mode, checked before launch, and a lazy engine."""
+
+import importlib
 
 from mtb.strategy import Strategy
 from mtb_strategies.sync_modes import resolve_sync_mode
 
 
 class TorchDataParallelStrategy(Strategy):
-    """A torch.distributed data-parallel strategy; subclasses name their default mode."""
+    """A torch.distributed data-parallel strategy.
+
+    Subclasses name their default sync mode and their engine class as
+    ``"module:Class"``; the module (which imports torch) loads only at setup.
+    """
 
     default_sync_mode = "every"
+    engine = ""
 
     def resolve_sync(self, requested: str) -> str:
         return resolve_sync_mode(requested, self.default_sync_mode, ("every", "last"), self.name)
@@ -16,9 +23,8 @@ class TorchDataParallelStrategy(Strategy):
         super().check(config, device_type)
         self.resolve_sync(config.training.gradient_sync_mode)
 
-    def build_engine(self, model, make_optimizer, context, sync_mode: str):
-        raise NotImplementedError
-
     def setup(self, model, make_optimizer, context):
+        module, _, cls = self.engine.partition(":")
+        engine_class = getattr(importlib.import_module(module), cls)
         mode = self.resolve_sync(context.config.training.gradient_sync_mode)
-        return self.build_engine(model, make_optimizer, context, mode)
+        return engine_class.build(model, make_optimizer, context, mode)

@@ -10,9 +10,5 @@ from mtb_strategies.data_parallel import TorchDataParallelStrategy
 class DDPStrategy(TorchDataParallelStrategy):
     name = "ddp"
     description = "torch DistributedDataParallel (replicated model, bucketed all-reduce)"
+    engine = "mtb_strategies.ddp_engine:DDPEngine"
     default_sync_mode = "last"
-
-    def build_engine(self, model, make_optimizer, context, sync_mode: str):
-        from mtb_strategies.ddp_engine import DDPEngine
-
-        return DDPEngine.build(model, make_optimizer, context, sync_mode)

@@ -14,6 +14,7 @@ from mtb_strategies.data_parallel import TorchDataParallelStrategy
 
 class FSDPStrategy(TorchDataParallelStrategy):
     name = "fsdp"
+    engine = "mtb_strategies.fsdp_engine:FSDPEngine"
     default_sync_mode = "every"
     description = "FSDP2 fully_shard per block and root (sharded params, grads, optimizer)"
     precisions: ClassVar[dict] = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16")}
@@ -26,8 +27,3 @@ class FSDPStrategy(TorchDataParallelStrategy):
             "fsdp: free gathered parameters after forward (re-gather in backward)",
         ),
     )
-
-    def build_engine(self, model, make_optimizer, context, sync_mode: str):
-        from mtb_strategies.fsdp_engine import FSDPEngine
-
-        return FSDPEngine.build(model, make_optimizer, context, sync_mode)
