@@ -1,11 +1,25 @@
-"""The ``report`` plugin (entry point ``mtb = report``).
+"""The ``report`` plugin (entry point ``mtb = report``): reporters and commands.
 
-It implements no hooks yet. Its issue adds:
-
-- ``mtb_register_reporters``: ``markdown``, ``csv`` and ``html`` reporters
-  over result documents;
-- ``mtb_register_commands``: ``mtb report ...`` (tables and plots from
-  result files, the evidence manifest).
-
-Reports read JSON result files only; nothing here imports torch.
+Reporter classes are light (plain Python); matplotlib is imported only when a
+plot is drawn, and nothing here imports torch.
 """
+
+from mtb.hookspecs import hookimpl
+
+
+@hookimpl
+def mtb_register_reporters(register):
+    from mtb_report.csv_reporter import CsvReporter
+    from mtb_report.html import HtmlReporter
+    from mtb_report.markdown import MarkdownReporter
+
+    for reporter in (MarkdownReporter(), CsvReporter(), HtmlReporter()):
+        register(reporter)
+
+
+@hookimpl
+def mtb_register_commands(cli):
+    from mtb_report.cli import evidence_group, report_group
+
+    cli.add_command(report_group)
+    cli.add_command(evidence_group)

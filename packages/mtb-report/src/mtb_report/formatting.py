@@ -1,0 +1,45 @@
+"""How numbers read in tables: fixed precision, units in words, a dash for unknown."""
+
+import json
+
+DASH = "—"
+
+
+def number(value, digits: int = 1) -> str:
+    return DASH if value is None else f"{value:,.{digits}f}"
+
+
+def mean_std(mean, std, repeated: bool, digits: int = 1) -> str:
+    """``mean ± std`` when repeated, else the mean alone."""
+    if mean is None:
+        return DASH
+    return f"{mean:,.{digits}f} ± {std:,.{digits}f}" if repeated else f"{mean:,.{digits}f}"
+
+
+def percent(fraction, digits: int = 1, signed: bool = False) -> str:
+    if fraction is None:
+        return DASH
+    return f"{fraction * 100:+.{digits}f}%" if signed else f"{fraction * 100:.{digits}f}%"
+
+
+def size(value) -> str:
+    """Bytes in binary units (MiB for the sizes a benchmark reports)."""
+    if value is None:
+        return DASH
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def cell(value) -> str:
+    """Any JSON value as table text: scalars as they are, containers compacted."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)

@@ -1,0 +1,74 @@
+"""Flat, raw numbers of one train document: what tables, CSV, plots and compare share."""
+
+PHASE_KEYS = ("data_ms", "forward_backward_ms", "optimizer_ms", "step_ms")
+
+
+def stat(document: dict, key: str) -> dict | None:
+    """The summary series ``key`` when it holds at least one value."""
+    series = document.get("summary", {}).get(key)
+    return series if isinstance(series, dict) and series.get("n") else None
+
+
+def mean(document: dict, key: str) -> float | None:
+    series = stat(document, key)
+    return series["mean"] if series else None
+
+
+def world_size(document: dict) -> int | None:
+    """The world the run had; for a failure, the one it was launched with."""
+    size = document.get("environment", {}).get("world_size")
+    if size is not None:
+        return size
+    launch = document.get("config", {}).get("launch", {})
+    if "nproc_per_node" in launch and "nnodes" in launch:
+        return launch["nproc_per_node"] * launch["nnodes"]
+    return None
+
+
+def peak_memory_key(document: dict) -> str:
+    """CUDA's allocated peak where the run had one, else the process's peak RSS."""
+    return (
+        "cuda_max_allocated_bytes"
+        if stat(document, "cuda_max_allocated_bytes")
+        else ("peak_rss_bytes")
+    )
+
+
+def train_record(document: dict) -> dict:
+    """Every column a train row shows, unformatted (None where unknown)."""
+    config = document.get("config", {})
+    throughput = stat(document, "tokens_per_s")
+    summary = document.get("summary", {})
+    return {
+        "strategy": config.get("strategy"),
+        "world_size": world_size(document),
+        "precision": config.get("training", {}).get("precision"),
+        "status": document.get("status"),
+        "error": document.get("error"),
+        "trials": summary.get("trials"),
+        "single_run": summary.get("single_run"),
+        **{key: mean(document, key) for key in PHASE_KEYS},
+        "tokens_per_s": throughput["mean"] if throughput else None,
+        "tokens_per_s_std": throughput["std"] if throughput else None,
+        "tokens_per_s_cv": throughput["cv"] if throughput else None,
+        "noisy": bool(throughput and throughput["noisy"]),
+        "mfu": mean(document, "mfu"),
+        "peak_memory_bytes": mean(document, peak_memory_key(document)),
+        "model_state_bytes": mean(document, "model_state_bytes_per_rank"),
+    }
+
+
+def tokens_trained(document: dict) -> int:
+    """Tokens the measured steps of every trial consumed."""
+    return sum(t["tokens_per_step"] * len(t["steps"]) for t in document.get("trials", []))
+
+
+def peak_memory_per_rank(document: dict) -> list[int]:
+    """Each rank's peak over the trials (CUDA allocated where present, else RSS)."""
+    key = peak_memory_key(document)
+    ranks: dict[int, int] = {}
+    for trial in document.get("trials", []):
+        for rank in trial["per_rank"]:
+            value = rank["memory"].get(key) or 0
+            ranks[rank["rank"]] = max(ranks.get(rank["rank"], 0), value)
+    return [ranks[r] for r in sorted(ranks)]

@@ -1,0 +1,191 @@
+"""The report model from result documents: sections per environment, tables per group."""
+
+from mtb_report import grouping
+from mtb_report.formatting import DASH, cell, mean_std, number, percent, size
+from mtb_report.kinds import kind_tables
+from mtb_report.model import Report, Section, Table
+from mtb_report.records import tokens_trained, train_record
+
+TRAIN_COLUMNS = (
+    "strategy",
+    "world size",
+    "precision",
+    "data ms",
+    "fwd+bwd ms",
+    "optimizer ms",
+    "step ms",
+    "tokens/s",
+    "MFU",
+    "peak memory",
+    "model state",
+    "scaling eff.",
+    "memory saving vs ddp",
+    "step time vs ddp",
+    "notes",
+)
+NOISE_LIMIT = 0.05
+
+
+def order(record: dict) -> tuple:
+    return (record["strategy"] or "", record["world_size"] or 0)
+
+
+def scaling_efficiency(record: dict, records: list[dict]) -> float | None:
+    """(tokens/s at N / N) / (tokens/s at M / M), M the strategy's smallest world size."""
+    same = [r for r in records if r["strategy"] == record["strategy"] and r["tokens_per_s"]]
+    base = min(same, key=lambda r: r["world_size"], default=None)
+    if base is None or base is record or not record["tokens_per_s"]:
+        return None
+    return (record["tokens_per_s"] / record["world_size"]) / (
+        base["tokens_per_s"] / base["world_size"]
+    )
+
+
+def against_ddp(record: dict, records: list[dict], key: str) -> float | None:
+    """Relative difference of ``key`` from ddp at the same world size."""
+    ddp = next(
+        (r for r in records if r["strategy"] == "ddp" and r["world_size"] == record["world_size"]),
+        None,
+    )
+    if ddp is None or ddp is record or not ddp[key] or record[key] is None:
+        return None
+    return (record[key] - ddp[key]) / ddp[key]
+
+
+def notes(record: dict) -> str:
+    flags = []
+    if record["single_run"]:
+        flags.append("single run")
+    if record["tokens_per_s_cv"] is not None and record["tokens_per_s_cv"] > NOISE_LIMIT:
+        flags.append(f"noisy (CV {percent(record['tokens_per_s_cv'])})")
+    return "; ".join(flags) or DASH
+
+
+def train_row(record: dict, records: list[dict]) -> list[str]:
+    repeated = bool(record["trials"] and record["trials"] > 1)
+    saving = against_ddp(record, records, "peak_memory_bytes")
+    return [
+        record["strategy"],
+        str(record["world_size"]),
+        record["precision"],
+        number(record["data_ms"], 2),
+        number(record["forward_backward_ms"], 2),
+        number(record["optimizer_ms"], 2),
+        number(record["step_ms"], 2),
+        mean_std(record["tokens_per_s"], record["tokens_per_s_std"], repeated, 0),
+        percent(record["mfu"], 2),
+        size(record["peak_memory_bytes"]),
+        size(record["model_state_bytes"]),
+        percent(scaling_efficiency(record, records)),
+        DASH if saving is None else percent(-saving, signed=True),
+        percent(against_ddp(record, records, "step_ms"), signed=True),
+        notes(record),
+    ]
+
+
+def runtime_row(document: dict) -> list[str]:
+    record = train_record(document)
+    resumed = document.get("resumed") or (document.get("checkpoint") or {}).get("resumed")
+    training = document["config"].get("training", {})
+    return [
+        record["strategy"],
+        str(record["world_size"]),
+        str(record["trials"]),
+        str(training.get("steps")),
+        str(training.get("warmup_steps")),
+        f"{tokens_trained(document):,}",
+        cell(resumed.get("path")) + f" (step {resumed.get('step')})" if resumed else "no",
+    ]
+
+
+def train_tables(documents: list[dict]) -> list[Table]:
+    """Per comparable-settings group: the metrics table and the runtime state."""
+    tables = []
+    for group in grouping.split(documents, grouping.settings_key):
+        ok = sorted((d for d in group if d["status"] == "ok"), key=lambda d: order(train_record(d)))
+        if not ok:
+            continue
+        records = [train_record(d) for d in ok]
+        title = f"Training: {grouping.describe_settings(ok[0])}"
+        rows = [train_row(r, records) for r in records]
+        legend = [
+            "tokens/s is mean ± std over trials when repeated; CV above 5% is flagged noisy.",
+            "scaling eff. is against the same strategy at its smallest world size here; "
+            "memory and step time are relative to ddp at the same world size.",
+        ]
+        tables.append(Table(title, TRAIN_COLUMNS, rows, legend))
+        runtime = (
+            "strategy",
+            "world size",
+            "trials",
+            "steps",
+            "warmup",
+            "tokens measured",
+            "resumed",
+        )
+        tables.append(Table("Runtime state", runtime, [runtime_row(d) for d in ok]))
+    return tables
+
+
+def failures_table(documents: list[dict]) -> Table | None:
+    failed = [d for d in documents if d["status"] != "ok"]
+    if not failed:
+        return None
+    columns = ("kind", "strategy", "world size", "status", "error")
+    rows = [
+        [
+            d["kind"],
+            cell(d.get("config", {}).get("strategy")),
+            cell(train_record(d)["world_size"]),
+            d["status"],
+            cell(d.get("error")),
+        ]
+        for d in failed
+    ]
+    return Table("Failed, out-of-memory, timed-out and skipped runs", columns, rows)
+
+
+def banners(documents: list[dict]) -> list[str]:
+    """Warnings for results that cannot be traced or that say they are unverified."""
+    warnings = []
+    untraced = [d for d in documents if not (d.get("provenance") or {}).get("git")]
+    if untraced:
+        warnings.append(f"{len(untraced)} result(s) carry no provenance: they cannot be reproduced")
+    unverified = [d for d in documents if d.get("verified") is False]
+    if unverified:
+        warnings.append(f"{len(unverified)} result(s) are marked unverified")
+    dirty = [d for d in documents if ((d.get("provenance") or {}).get("git") or {}).get("dirty")]
+    if dirty:
+        warnings.append(
+            f"{len(dirty)} result(s) were measured on a checkout with uncommitted changes"
+        )
+    return warnings
+
+
+def section(title: str, documents: list[dict]) -> Section:
+    tables = train_tables([d for d in documents if d["kind"] == "train"])
+    for document in documents:
+        if document["kind"] != "train" and document["status"] == "ok":
+            tables += kind_tables(document)
+    failures = failures_table(documents)
+    if failures:
+        tables.append(failures)
+    return Section(title, banners(documents), tables, documents)
+
+
+def build_report(documents: list[dict]) -> Report:
+    """Sections by environment; a warning names what differs when there are several."""
+    groups = grouping.split(documents, grouping.environment_key)
+    keys = [grouping.environment_key(group[0]) for group in groups]
+    warnings = []
+    if len(groups) > 1:
+        fields = ", ".join(grouping.differences(keys))
+        warnings.append(
+            f"results come from {len(groups)} different environments (they differ in {fields}); "
+            "each has its own section and their numbers are never compared"
+        )
+    sections = [
+        section(f"Environment {i}: {grouping.describe_environment(key)}", group)
+        for i, (key, group) in enumerate(zip(keys, groups, strict=True), start=1)
+    ]
+    return Report(warnings, sections)
