@@ -1,0 +1,124 @@
+"""Markdown and CSV reports from real results; environment honesty; failures kept."""
+
+from conftest import RUNS, check_golden, run_document, variant, write
+
+from mtb_report.loading import load
+
+
+def test_markdown_matches_golden(invoke):
+    done = invoke("report", RUNS)
+    assert done.exit_code == 0, done.output
+    check_golden("report.md", done.output)
+
+
+def test_csv_matches_golden(invoke, tmp_path):
+    out = tmp_path / "report.csv"
+    done = invoke("report", RUNS, "-o", out)
+    assert done.exit_code == 0, done.output
+    check_golden("report.csv", out.read_text())
+
+
+def test_failures_are_listed_with_their_error(invoke):
+    text = invoke("report", RUNS).output
+    assert "| train | ddp | 2 | timeout | launch exceeded launch.timeout_s=2 s |" in text
+    assert "non-finite loss on rank(s) 0 at step 2" in text
+
+
+def test_single_and_noisy_runs_are_labelled(invoke):
+    text = invoke("report", RUNS).output
+    fsdp = next(line for line in text.splitlines() if line.startswith("| fsdp | 2 |"))
+    assert fsdp.endswith("| single run |")
+    single = next(line for line in text.splitlines() if line.startswith("| single | 1 | fp32"))
+    assert "noisy (CV" in single and "±" in single
+
+
+def test_files_and_directories_mix_and_count_once(invoke):
+    done = invoke("report", RUNS / "single-w1.json", RUNS)
+    assert done.exit_code == 0
+    assert done.output.count("| single | 1 | fp32 |") == 1
+
+
+def test_mixed_torch_versions_never_share_a_table(invoke, tmp_path):
+    write(tmp_path / "a.json", run_document("ddp-w2.json"))
+    write(tmp_path / "b.json", variant("fsdp-w2.json", provenance__torch="2.12.0+cpu"))
+    text = invoke("report", tmp_path).output
+    assert "2 different environments (they differ in torch)" in text
+    sections = text.split("\n## ")[1:]
+    assert len(sections) == 2
+    assert ("| ddp | 2 |" in sections[0]) != ("| ddp | 2 |" in sections[1])
+    assert all(s.count("### Training") == 1 for s in sections)
+
+
+def test_missing_provenance_and_unverified_get_banners(invoke, tmp_path):
+    write(tmp_path / "a.json", variant("ddp-w2.json", provenance={}, verified=False))
+    text = invoke("report", tmp_path).output
+    assert "carry no provenance" in text and "marked unverified" in text
+
+
+def test_unknown_schema_version_is_one_line_exit_2(invoke, tmp_path):
+    path = write(tmp_path / "new.json", variant("ddp-w2.json", schema_version=7))
+    done = invoke("report", path)
+    assert done.exit_code == 2
+    assert "schema_version 7 is not supported" in done.output
+    assert "Traceback" not in done.output and len(done.output.strip().splitlines()) == 1
+
+
+def test_invalid_train_document_names_the_field(invoke, tmp_path):
+    document = run_document("ddp-w2.json")
+    del document["summary"]
+    done = invoke("report", write(tmp_path / "bad.json", document))
+    assert done.exit_code == 2 and "summary" in done.output
+
+
+def test_unknown_suffix_is_a_usage_error(invoke, tmp_path):
+    done = invoke("report", RUNS, "-o", tmp_path / "report.pdf")
+    assert done.exit_code == 2 and "'.pdf'" in done.output
+
+
+COMM = {
+    "kind": "comm",
+    "schema_version": 1,
+    "status": "ok",
+    "error": None,
+    "provenance": run_document("ddp-w2.json")["provenance"],
+    "environment": {"world_size": 2, "backend": "gloo"},
+    "results": [
+        {
+            "operation": "all_reduce",
+            "size_bytes": 1024,
+            "time_us": 50.0,
+            "algbw_gbps": 0.02,
+            "busbw_gbps": 0.02,
+            "correct": True,
+        },
+        {
+            "operation": "all_reduce",
+            "size_bytes": 4096,
+            "time_us": 80.0,
+            "algbw_gbps": 0.05,
+            "busbw_gbps": 0.05,
+            "correct": True,
+        },
+    ],
+}
+
+
+def test_comm_rows_render_with_bandwidths(invoke, tmp_path):
+    text = invoke("report", write(tmp_path / "comm.json", COMM)).output
+    assert "| operation | size_bytes | time_us | algbw_gbps | busbw_gbps | correct |" in text
+    assert "| all_reduce | 4096 | 80 | 0.05 | 0.05 | yes |" in text
+
+
+def test_unknown_kind_falls_back_to_its_fields(invoke, tmp_path):
+    document = {**COMM, "kind": "novel", "results": None, "summary": {"answer": 42}}
+    text = invoke("report", write(tmp_path / "novel.json", document)).output
+    assert "### Kind 'novel'" in text and "| answer | 42 |" in text
+
+
+def test_matrix_rows_get_status_counts(tmp_path):
+    from mtb_report.markdown import MarkdownReporter
+
+    cells = [{"strategy": "ddp", "status": "ok"}, {"strategy": "fsdp", "status": "oom"}]
+    document = {**COMM, "kind": "matrix", "results": None, "cells": cells}
+    text = MarkdownReporter().render(load([str(write(tmp_path / "m.json", document))]))
+    assert "| oom | 1 |" in text and "| ok | 1 |" in text
