@@ -87,6 +87,12 @@ def regular(*projects: str) -> list[str]:
     return list(projects)
 
 
+def install_chromium(session: nox.Session) -> None:
+    """Debian's chromium for the HTML report's browser test (CI runs as root)."""
+    if shutil.which("chromium") is None:
+        session.run("apt-get", "install", "-y", "-q", "chromium", external=True)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole repository (ruff.toml)."""
@@ -110,6 +116,8 @@ def tests(session: nox.Session, combo: str) -> None:
         extras = EXTRAS.get(combo, "test")
         install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[{extras}]"))
         target = f"{PACKAGES[combo]}/tests"
+        if combo == "report":
+            install_chromium(session)
     session.run("pytest", target, *session.posargs)
 
 
