@@ -1,6 +1,6 @@
 """`mtb report compare` as a CI gate: exit 1 only for a regression beyond threshold and noise."""
 
-from conftest import run_document, variant, write
+from report_fixtures import run_document, variant, write
 
 
 def throughput_changed(factor: float) -> dict:

@@ -4,7 +4,7 @@ import json
 import shutil
 
 import pytest
-from conftest import RUNS
+from report_fixtures import RUNS
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import RUNS
+from report_fixtures import RUNS
 
 CHROMIUM_FLAGS = (
     "--headless",

@@ -1,6 +1,6 @@
 """Markdown and CSV reports from real results; environment honesty; failures kept."""
 
-from conftest import RUNS, check_golden, run_document, variant, write
+from report_fixtures import RUNS, check_golden, run_document, variant, write
 
 from mtb_report.loading import load
 

@@ -9,12 +9,17 @@ from mtb_report.kinds import rows_of
 from mtb_report.records import PHASE_KEYS, peak_memory_per_rank, train_record
 
 
+def measured(documents: list[dict]) -> list[dict]:
+    """Train documents that have numbers to plot."""
+    return [d for d in documents if d["kind"] == "train" and d["status"] == "ok"]
+
+
 def throughput_scaling(plt, documents):
     """tokens/s against world size per strategy, with each strategy's ideal-scaling line."""
-    records = [train_record(d) for d in documents if d["kind"] == "train" and d["status"] == "ok"]
-    strategies = sorted({r["strategy"] for r in records})
+    records = [train_record(d) for d in measured(documents)]
     if not records:
         return None
+    strategies = sorted({r["strategy"] for r in records})
     figure, axes = plt.subplots(figsize=(6, 4))
     for strategy in strategies:
         points = sorted(
@@ -31,25 +36,28 @@ def throughput_scaling(plt, documents):
 
 
 def memory_per_rank(plt, documents):
-    runs = [d for d in documents if d["kind"] == "train" and d["status"] == "ok"]
+    """One bar per rank, side by side, for each run; colour names the rank."""
+    runs = measured(documents)
     if not runs:
         return None
     figure, axes = plt.subplots(figsize=(6, 4))
-    labels = []
+    labelled: set[int] = set()
     for index, document in enumerate(runs):
-        record = train_record(document)
         ranks = peak_memory_per_rank(document)
         width = 0.8 / max(len(ranks), 1)
         for rank, value in enumerate(ranks):
-            axes.bar(index + rank * width, value / 2**20, width, color=f"C{rank}")
-        labels.append(f"{record['strategy']} x{record['world_size']}")
+            label = None if rank in labelled else f"rank {rank}"
+            labelled.add(rank)
+            axes.bar(index + rank * width, value / 2**20, width, color=f"C{rank}", label=label)
+    labels = [f"{r['strategy']} x{r['world_size']}" for r in map(train_record, runs)]
     axes.set_xticks(range(len(runs)), labels, rotation=20)
     axes.set(ylabel="peak memory per rank (MiB)", title="Peak memory per rank")
+    axes.legend()
     return figure
 
 
 def step_breakdown(plt, documents):
-    records = [train_record(d) for d in documents if d["kind"] == "train" and d["status"] == "ok"]
+    records = [train_record(d) for d in measured(documents)]
     if not records:
         return None
     figure, axes = plt.subplots(figsize=(6, 4))

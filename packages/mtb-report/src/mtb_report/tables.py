@@ -4,7 +4,7 @@ from mtb_report import grouping
 from mtb_report.formatting import DASH, cell, mean_std, number, percent, size
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
-from mtb_report.records import tokens_trained, train_record
+from mtb_report.records import tokens_trained, train_record, world_size
 
 TRAIN_COLUMNS = (
     "strategy",
@@ -136,7 +136,7 @@ def failures_table(documents: list[dict]) -> Table | None:
         [
             d["kind"],
             cell(d.get("config", {}).get("strategy")),
-            cell(train_record(d)["world_size"]),
+            cell(world_size(d)),
             d["status"],
             cell(d.get("error")),
         ]
