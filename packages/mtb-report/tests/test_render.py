@@ -1,6 +1,6 @@
 """Markdown and CSV reports from real results; environment honesty; failures kept."""
 
-from report_fixtures import RUNS, check_golden, run_document, variant, write
+from report_fixtures import GOLDEN, RUNS, check_golden, run_document, variant, write
 
 from mtb_report.loading import load
 
@@ -122,3 +122,23 @@ def test_matrix_rows_get_status_counts(tmp_path):
     document = {**COMM, "kind": "matrix", "results": None, "cells": cells}
     text = MarkdownReporter().render(load([str(write(tmp_path / "m.json", document))]))
     assert "| oom | 1 |" in text and "| ok | 1 |" in text
+
+
+def test_options_may_come_before_the_paths(invoke, tmp_path):
+    out = tmp_path / "r.md"
+    done = invoke("report", "-o", out, RUNS)
+    assert done.exit_code == 0, done.output
+    assert out.read_text() == (GOLDEN / "report.md").read_text()
+
+
+def test_bare_report_prints_usage_naming_results(invoke):
+    done = invoke("report")
+    assert done.exit_code in (0, 2) and "RESULT..." in done.output and "compare" in done.output
+
+
+def test_reporters_are_registered_by_the_report_plugin():
+    from mtb.plugins import build_plugin_manager
+
+    registry = build_plugin_manager().registry("reporter")
+    owners = {entry.name: entry.plugin for entry in registry}
+    assert {owners[name] for name in ("markdown", "csv", "html")} == {"report"}

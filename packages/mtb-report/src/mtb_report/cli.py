@@ -15,6 +15,18 @@ from mtb.errors import UsageError
 RENDER = "\0render"  # never typed: the group routes bare paths here
 
 
+class PathsContext(click.Context):
+    """The render command's context speaks as ``mtb report`` itself in usage and errors."""
+
+    @property
+    def command_path(self) -> str:
+        return self.parent.command_path
+
+
+class PathsCommand(click.Command):
+    context_class = PathsContext
+
+
 class ReportGroup(click.Group):
     """A group whose arguments are result paths unless the first names a subcommand."""
 
@@ -42,7 +54,7 @@ def reporter_for(pm, output: str | None, format_name: str | None):
     raise UsageError(f"--output: no reporter writes {suffix!r} files; known suffixes: {known}")
 
 
-@click.command(name="report")
+@click.command(name="report", cls=PathsCommand)
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option(
     "-o",

@@ -11,7 +11,7 @@ import math
 
 import attrs
 
-from mtb_report.formatting import DASH, number, percent
+from mtb_report.formatting import number, percent
 from mtb_report.model import Table
 from mtb_report.records import peak_memory_key, stat, world_size
 
@@ -107,4 +107,4 @@ def changes_table(changes: list[Change], threshold: float) -> Table:
         f"threshold {percent(threshold)}; a change counts only beyond "
         f"{NOISE_SIGMAS:g}x the combined std of the repeats"
     )
-    return Table("Comparison", columns, rows, [note] if rows else [note, DASH])
+    return Table("Comparison", columns, rows, [note])

@@ -15,9 +15,7 @@ def table_lines(table: Table) -> list[str]:
     lines.append("|" + "|".join("---" for _ in table.columns) + "|")
     lines += ["| " + " | ".join(escape(c) for c in row) + " |" for row in table.rows]
     if table.notes:
-        lines += [""] + [
-            f"_{note}_" if not note.startswith("command") else note for note in table.notes
-        ]
+        lines += ["", *(f"_{note}_" for note in table.notes)]
     return [*lines, ""]
 
 
