@@ -27,11 +27,8 @@ def world_size(document: dict) -> int | None:
 
 def peak_memory_key(document: dict) -> str:
     """CUDA's allocated peak where the run had one, else the process's peak RSS."""
-    return (
-        "cuda_max_allocated_bytes"
-        if stat(document, "cuda_max_allocated_bytes")
-        else ("peak_rss_bytes")
-    )
+    cuda = "cuda_max_allocated_bytes"
+    return cuda if stat(document, cuda) else "peak_rss_bytes"
 
 
 def train_record(document: dict) -> dict:

@@ -23,7 +23,6 @@ TRAIN_COLUMNS = (
     "step time vs ddp",
     "notes",
 )
-NOISE_LIMIT = 0.05
 
 
 def order(record: dict) -> tuple:
@@ -56,7 +55,7 @@ def notes(record: dict) -> str:
     flags = []
     if record["single_run"]:
         flags.append("single run")
-    if record["tokens_per_s_cv"] is not None and record["tokens_per_s_cv"] > NOISE_LIMIT:
+    if record["noisy"]:
         flags.append(f"noisy (CV {percent(record['tokens_per_s_cv'])})")
     return "; ".join(flags) or DASH
 
