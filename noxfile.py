@@ -90,6 +90,7 @@ def regular(*projects: str) -> list[str]:
 def install_chromium(session: nox.Session) -> None:
     """Debian's chromium for the HTML report's browser test (CI runs as root)."""
     if shutil.which("chromium") is None:
+        session.run("apt-get", "update", "-q", external=True)
         session.run("apt-get", "install", "-y", "-q", "chromium", external=True)
 
 
