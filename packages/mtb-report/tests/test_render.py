@@ -75,51 +75,100 @@ def test_unknown_suffix_is_a_usage_error(invoke, tmp_path):
     assert done.exit_code == 2 and "'.pdf'" in done.output
 
 
-COMM = {
-    "kind": "comm",
-    "schema_version": 1,
-    "status": "ok",
-    "error": None,
-    "provenance": run_document("ddp-w2.json")["provenance"],
-    "environment": {"world_size": 2, "backend": "gloo"},
-    "results": [
+def other_kind(kind: str, **fields) -> dict:
+    """A document of another package's kind, in the shape mtb-comm writes (frame + fields)."""
+    frame = run_document("ddp-w2.json")
+    keep = ("schema_version", "status", "error", "plugins", "provenance")
+    return {"kind": kind, **{k: frame[k] for k in keep}, "config": {}, **fields}
+
+
+def measurement(operation: str, size: int, busbw: float) -> dict:
+    return {
+        "operation": operation,
+        "placement": "cpu",
+        "mode": None,
+        "status": "ok",
+        "dtype": "float32",
+        "bytes": size,
+        "elements": size // 4,
+        "time_us": 80.0,
+        "algbw_gbps": busbw / 2,
+        "busbw_gbps": busbw,
+        "wrong_elements": 0,
+    }
+
+
+COMM = other_kind(
+    "comm",
+    environment={"world_size": 2, "backend": "gloo"},
+    measurements=[measurement("all_reduce", 1024, 0.02), measurement("all_reduce", 4096, 0.05)],
+)
+TP = other_kind(
+    "tp",
+    tensors=[
         {
-            "operation": "all_reduce",
-            "size_bytes": 1024,
-            "time_us": 50.0,
-            "algbw_gbps": 0.02,
-            "busbw_gbps": 0.02,
-            "correct": True,
-        },
-        {
-            "operation": "all_reduce",
-            "size_bytes": 4096,
-            "time_us": 80.0,
-            "algbw_gbps": 0.05,
-            "busbw_gbps": 0.05,
-            "correct": True,
+            "check": "column",
+            "dtype": "float32",
+            "tensor": "output",
+            "max_abs_error": 1e-7,
+            "max_rel_error": 2e-7,
+            "tolerance": 1e-5,
+            "ok": True,
         },
     ],
-}
+)
+MOE = other_kind(
+    "moe",
+    moe={
+        "tokens": 64,
+        "assigned_per_expert": [20, 12, 16, 16],
+        "kept_per_expert": [16, 12, 16, 16],
+        "dropped": 4,
+        "imbalance": 1.25,
+    },
+)
 
 
 def test_comm_rows_render_with_bandwidths(invoke, tmp_path):
     text = invoke("report", write(tmp_path / "comm.json", COMM)).output
-    assert "| operation | size_bytes | time_us | algbw_gbps | busbw_gbps | correct |" in text
-    assert "| all_reduce | 4096 | 80 | 0.05 | 0.05 | yes |" in text
+    assert (
+        "| operation | placement | mode | dtype | bytes | time_us | algbw_gbps | busbw_gbps |"
+        in text
+    )
+    assert "| all_reduce | cpu | — | float32 | 4096 | 80 | 0.025 | 0.05 | 0 | ok |" in text
+    assert "| environment.world_size | 2 |" in text
+
+
+def test_tp_and_moe_correctness_tables(invoke, tmp_path):
+    write(tmp_path / "tp.json", TP)
+    write(tmp_path / "moe.json", MOE)
+    text = invoke("report", tmp_path).output
+    assert "### Tensor/sequence-parallel correctness: rows" in text
+    assert "| column | float32 | output | 1e-07 | 2e-07 | 1e-05 | yes |" in text
+    assert (
+        "| moe.dropped | 4 |" in text and "| moe.assigned_per_expert | [20, 12, 16, 16] |" in text
+    )
+
+
+def test_plots_cover_collectives_and_experts():
+    from mtb_report.plots import figures
+
+    titles = [title for title, png in figures([COMM, MOE]) if png.startswith(b"\x89PNG")]
+    assert titles == ["Bus bandwidth", "Tokens per expert"]
 
 
 def test_unknown_kind_falls_back_to_its_fields(invoke, tmp_path):
-    document = {**COMM, "kind": "novel", "results": None, "summary": {"answer": 42}}
+    document = other_kind("novel", summary={"answer": 42, "step_ms": {"mean": 3.5, "std": 0}})
     text = invoke("report", write(tmp_path / "novel.json", document)).output
-    assert "### Kind 'novel'" in text and "| answer | 42 |" in text
+    assert "### Kind 'novel'" in text
+    assert "| summary.answer | 42 |" in text and "| summary.step_ms | 3.5 |" in text
 
 
 def test_matrix_rows_get_status_counts(tmp_path):
     from mtb_report.markdown import MarkdownReporter
 
     cells = [{"strategy": "ddp", "status": "ok"}, {"strategy": "fsdp", "status": "oom"}]
-    document = {**COMM, "kind": "matrix", "results": None, "cells": cells}
+    document = other_kind("matrix", cells=cells)
     text = MarkdownReporter().render(load([str(write(tmp_path / "m.json", document))]))
     assert "| oom | 1 |" in text and "| ok | 1 |" in text
 

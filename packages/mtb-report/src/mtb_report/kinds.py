@@ -2,8 +2,9 @@
 
 A kind's rows are the first top-level list of objects among ``ROW_FIELDS``;
 its columns put the documented names (``PREFERRED``) first, then any other
-scalar the rows carry. A kind nobody documented here still gets a summary
-table and its rows: never a crash, never a dropped result.
+scalar the rows carry. The summary table holds the document's top-level
+scalars and those of its top-level objects (``moe.dropped``). A kind nobody
+documented here still gets both: never a crash, never a dropped result.
 """
 
 from collections import Counter
@@ -11,11 +12,30 @@ from collections import Counter
 from mtb_report.formatting import cell
 from mtb_report.model import Table
 
-ROW_FIELDS = ("results", "rows", "checks", "scenarios", "cells", "runs", "experts", "ranks")
+ROW_FIELDS = (
+    "measurements",
+    "tensors",
+    "results",
+    "rows",
+    "checks",
+    "scenarios",
+    "cells",
+    "runs",
+)
 PREFERRED = {
-    "comm": ("operation", "size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "correct"),
-    "tp": ("check", "mode", "tp_size", "max_abs_diff", "tolerance", "passed"),
-    "moe": ("check", "experts", "top_k", "max_abs_diff", "tolerance", "passed"),
+    "comm": (
+        "operation",
+        "placement",
+        "mode",
+        "dtype",
+        "bytes",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong_elements",
+        "status",
+    ),
+    "tp": ("check", "dtype", "tensor", "max_abs_error", "max_rel_error", "tolerance", "ok"),
     "fault": ("scenario", "passed", "outcome", "expected", "detail"),
     "checkpoint": ("check", "step", "passed", "detail"),
     "profile": ("rank", "name", "total_ms", "count"),
@@ -32,7 +52,7 @@ TITLES = {
     "doctor": "Doctor",
     "megatron": "Megatron",
 }
-SKIPPED = ("kind", "schema_version", "config", "provenance", "plugins")
+SKIPPED = ("kind", "schema_version", "config", "provenance", "plugins", *ROW_FIELDS)
 
 
 def is_scalar(value) -> bool:
@@ -54,12 +74,31 @@ def columns_of(kind: str, rows: list[dict]) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def flat(value) -> bool:
+    """A scalar, or a list or object of scalars: short enough for one table cell."""
+    items = value.values() if isinstance(value, dict) else value
+    return is_scalar(value) or (isinstance(value, list | dict) and all(map(is_scalar, items)))
+
+
+def summary_fields(document: dict) -> dict:
+    """Top-level scalars, then one level into objects; a summary series shows its mean."""
+    fields = {}
+    for key, value in document.items():
+        if key in SKIPPED:
+            continue
+        if isinstance(value, dict):
+            for inner, item in value.items():
+                item = item["mean"] if isinstance(item, dict) and "mean" in item else item
+                if flat(item):
+                    fields[f"{key}.{inner}"] = item
+        elif is_scalar(value):
+            fields[key] = value
+    return fields
+
+
 def summary_table(document: dict, title: str) -> Table:
-    """Top-level scalars and the scalars of ``summary``: what the document concludes."""
-    fields = {k: v for k, v in document.items() if k not in SKIPPED and is_scalar(v)}
-    summary = document.get("summary")
-    if isinstance(summary, dict):
-        fields.update({k: v for k, v in summary.items() if is_scalar(v)})
+    """What the document concludes, with the command that produced it."""
+    fields = summary_fields(document)
     command = (document.get("provenance") or {}).get("command")
     notes = [f"command: `{command}`"] if command else []
     return Table(title, ("field", "value"), [[k, cell(v)] for k, v in fields.items()], notes)

@@ -72,17 +72,20 @@ def step_breakdown(plt, documents):
     return figure
 
 
+def series_label(row: dict) -> str:
+    return " ".join(str(row[k]) for k in ("operation", "placement") if row.get(k))
+
+
 def bus_bandwidth(plt, documents):
+    """busbw against message size, one line per operation (and placement, where given)."""
     rows = [row for d in documents if d["kind"] == "comm" for row in rows_of(d)]
-    rows = [r for r in rows if {"operation", "size_bytes", "busbw_gbps"} <= r.keys()]
+    rows = [r for r in rows if r.get("busbw_gbps") is not None and "bytes" in r]
     if not rows:
         return None
     figure, axes = plt.subplots(figsize=(6, 4))
-    for operation in sorted({r["operation"] for r in rows}):
-        points = sorted(
-            (r["size_bytes"], r["busbw_gbps"]) for r in rows if r["operation"] == operation
-        )
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=operation)
+    for name in sorted({series_label(r) for r in rows}):
+        points = sorted((r["bytes"], r["busbw_gbps"]) for r in rows if series_label(r) == name)
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
     axes.set_xscale("log", base=2)
     axes.set(xlabel="message size (bytes)", ylabel="busbw (GB/s)", title="Bus bandwidth")
     axes.legend()
@@ -90,17 +93,16 @@ def bus_bandwidth(plt, documents):
 
 
 def tokens_per_expert(plt, documents):
-    counts = [
-        d.get("tokens_per_expert") or (d.get("summary") or {}).get("tokens_per_expert")
-        for d in documents
-        if d["kind"] == "moe"
-    ]
-    counts = [c for c in counts if isinstance(c, list) and c]
-    if not counts:
+    """Tokens routed to (and kept by) each expert, from the first MoE result."""
+    routed = [d["moe"] for d in documents if d["kind"] == "moe" and d.get("moe")]
+    if not routed:
         return None
     figure, axes = plt.subplots(figsize=(6, 4))
-    axes.bar(range(len(counts[0])), counts[0])
+    experts = range(len(routed[0]["assigned_per_expert"]))
+    axes.bar(experts, routed[0]["assigned_per_expert"], label="assigned", alpha=0.5)
+    axes.bar(experts, routed[0]["kept_per_expert"], label="kept", alpha=0.8)
     axes.set(xlabel="expert", ylabel="tokens", title="Tokens per expert")
+    axes.legend()
     return figure
 
 
