@@ -191,3 +191,11 @@ def test_reporters_are_registered_by_the_report_plugin():
     registry = build_plugin_manager().registry("reporter")
     owners = {entry.name: entry.plugin for entry in registry}
     assert {owners[name] for name in ("markdown", "csv", "html")} == {"report"}
+
+
+def test_runtime_state_shows_where_a_run_resumed(invoke, tmp_path):
+    document = run_document("fsdp-w2.json")
+    resumed = {"path": "ckpt/step_00000002", "step": 2, "exact": True}
+    document["trials"][0]["per_rank"][0]["checkpoint"] = {"start_step": 2, "resumed": resumed}
+    text = invoke("report", write(tmp_path / "resumed.json", document)).output
+    assert "| fsdp | 2 | 1 | 4 | 1 | 512 | 2 | ckpt/step_00000002 (step 2, exact) |" in text

@@ -10,6 +10,11 @@ class Table:
     rows: list[list[str]]
     notes: list[str] = attrs.field(factory=list)
 
+    def __attrs_post_init__(self):
+        widths = {len(row) for row in self.rows} - {len(self.columns)}
+        if widths:
+            raise ValueError(f"table {self.title!r}: rows of {widths} cells for {self.columns}")
+
 
 @attrs.frozen
 class Section:

@@ -69,3 +69,15 @@ def peak_memory_per_rank(document: dict) -> list[int]:
             value = rank["memory"].get(key) or 0
             ranks[rank["rank"]] = max(ranks.get(rank["rank"], 0), value)
     return [ranks[r] for r in sorted(ranks)]
+
+
+def checkpoint_record(document: dict) -> dict:
+    """Checkpoint saves and resume of the run: top-level, else rank 0's record; {} if none."""
+    record = document.get("checkpoint")
+    if isinstance(record, dict):
+        return record
+    for trial in document.get("trials", []):
+        for rank in trial["per_rank"]:
+            if isinstance(rank.get("checkpoint"), dict):
+                return rank["checkpoint"]
+    return {}

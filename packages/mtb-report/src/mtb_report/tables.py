@@ -4,7 +4,7 @@ from mtb_report import grouping
 from mtb_report.formatting import DASH, cell, mean_std, number, percent, size
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
-from mtb_report.records import tokens_trained, train_record, world_size
+from mtb_report.records import checkpoint_record, tokens_trained, train_record, world_size
 
 TRAIN_COLUMNS = (
     "strategy",
@@ -22,6 +22,16 @@ TRAIN_COLUMNS = (
     "memory saving vs ddp",
     "step time vs ddp",
     "notes",
+)
+RUNTIME_COLUMNS = (
+    "strategy",
+    "world size",
+    "trials",
+    "steps",
+    "warmup",
+    "tokens measured",
+    "start step",
+    "resumed from",
 )
 
 
@@ -82,9 +92,17 @@ def train_row(record: dict, records: list[dict]) -> list[str]:
     ]
 
 
+def resumed_from(checkpoint: dict) -> str:
+    resumed = checkpoint.get("resumed")
+    if not resumed:
+        return "no"
+    exact = ", exact" if resumed.get("exact") else ""
+    return f"{resumed.get('path')} (step {resumed.get('step')}{exact})"
+
+
 def runtime_row(document: dict) -> list[str]:
     record = train_record(document)
-    resumed = document.get("resumed") or (document.get("checkpoint") or {}).get("resumed")
+    checkpoint = checkpoint_record(document)
     training = document["config"].get("training", {})
     return [
         record["strategy"],
@@ -93,7 +111,8 @@ def runtime_row(document: dict) -> list[str]:
         str(training.get("steps")),
         str(training.get("warmup_steps")),
         f"{tokens_trained(document):,}",
-        cell(resumed.get("path")) + f" (step {resumed.get('step')})" if resumed else "no",
+        str(checkpoint.get("start_step", 0)),
+        resumed_from(checkpoint),
     ]
 
 
@@ -113,16 +132,7 @@ def train_tables(documents: list[dict]) -> list[Table]:
             "memory and step time are relative to ddp at the same world size.",
         ]
         tables.append(Table(title, TRAIN_COLUMNS, rows, legend))
-        runtime = (
-            "strategy",
-            "world size",
-            "trials",
-            "steps",
-            "warmup",
-            "tokens measured",
-            "resumed",
-        )
-        tables.append(Table("Runtime state", runtime, [runtime_row(d) for d in ok]))
+        tables.append(Table("Runtime state", RUNTIME_COLUMNS, [runtime_row(d) for d in ok]))
     return tables
 
 
