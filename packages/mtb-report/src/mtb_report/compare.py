@@ -11,7 +11,7 @@ import math
 
 import attrs
 
-from mtb_report.formatting import number, percent
+from mtb_report.formatting import number, percent, size
 from mtb_report.model import Table
 from mtb_report.records import peak_memory_key, stat, world_size
 
@@ -90,14 +90,23 @@ def is_regression(change: Change) -> bool:
     return change.verdict == "regressed" or change.verdict.startswith("failed")
 
 
+def shown(metric: str, value: float | None) -> str:
+    """A metric's value in the unit the report tables use."""
+    if metric == "mfu":
+        return percent(value, 2)
+    if metric in ("peak_memory", "model_state_bytes_per_rank"):
+        return size(value)
+    return number(value, 2)
+
+
 def changes_table(changes: list[Change], threshold: float) -> Table:
     columns = ("result", "metric", "base", "new", "change", "verdict")
     rows = [
         [
             c.key,
             c.metric,
-            number(c.base, 2),
-            number(c.new, 2),
+            shown(c.metric, c.base),
+            shown(c.metric, c.new),
             percent(c.relative, 1, True),
             c.verdict,
         ]
