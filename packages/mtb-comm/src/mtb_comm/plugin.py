@@ -1,10 +1,15 @@
-"""The ``comm`` plugin (entry point ``mtb = comm``).
-
-It implements no hooks yet. Its issue adds ``mtb_register_commands`` with
-``mtb comm`` (collective bandwidth, nccl-tests conventions: algbw, busbw,
-correctness checks), ``mtb tp ...`` (tensor-parallel layers) and
-``mtb moe ...`` (all-to-all expert dispatch).
+"""The ``comm`` plugin (entry point ``mtb = comm``): adds ``mtb comm``, ``mtb tp``, ``mtb moe``.
 
 Commands import torch inside their bodies, never here, so ``mtb --help``
 stays fast.
 """
+
+from mtb import hookimpl
+
+
+@hookimpl
+def mtb_register_commands(cli):
+    from mtb_comm.cli import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)

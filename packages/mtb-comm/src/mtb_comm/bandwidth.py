@@ -1,0 +1,41 @@
+"""nccl-tests arithmetic: element counts per size, algorithm and bus bandwidth.
+
+A size is the bytes of the per-rank buffer nccl-tests names for each
+operation: the (send = receive) buffer of all_reduce and broadcast, the
+receive buffer of all_gather, the send buffer of reduce_scatter and
+all_to_all. Operations that split that buffer into one chunk per rank round
+the element count down to a multiple of the world size. algbw = bytes /
+time; busbw = algbw x the operation's factor, which makes it comparable with
+the link bandwidth whatever the world size.
+"""
+
+SPLIT_OPERATIONS = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def bus_factor(operation: str, world_size: int) -> float:
+    n = world_size
+    factors = {
+        "all_reduce": 2 * (n - 1) / n,
+        "all_gather": (n - 1) / n,
+        "reduce_scatter": (n - 1) / n,
+        "all_to_all": (n - 1) / n,
+        "broadcast": 1.0,
+    }
+    return factors[operation]
+
+
+def element_count(operation: str, size_bytes: int, itemsize: int, world_size: int) -> int:
+    """Elements of the counted buffer: at least one per rank, a multiple of it where split."""
+    count = max(1, size_bytes // itemsize)
+    if operation in SPLIT_OPERATIONS:
+        count = max(world_size, count - count % world_size)
+    return count
+
+
+def algbw_gbps(size_bytes: int, time_us: float) -> float:
+    """Bytes over time, in GB/s (10^9 bytes per second, as nccl-tests prints)."""
+    return size_bytes / (time_us * 1e-6) / 1e9
+
+
+def busbw_gbps(operation: str, size_bytes: int, time_us: float, world_size: int) -> float:
+    return algbw_gbps(size_bytes, time_us) * bus_factor(operation, world_size)

@@ -1,0 +1,126 @@
+"""Buffers, one call and the expected result of each collective, out-of-place and in-place.
+
+Inputs follow a pattern whose sums stay small integers, exact in every
+dtype offered, so a result is either right or wrong element by element.
+In-place follows nccl-tests: all_gather's input is this rank's chunk of the
+output, reduce_scatter's output is this rank's chunk of the input;
+all_reduce and broadcast exist only in place in torch, all_to_all only out
+of place.
+"""
+
+import attrs
+
+PLACEMENTS = {
+    "all_reduce": ("in_place",),
+    "broadcast": ("in_place",),
+    "all_gather": ("out_of_place", "in_place"),
+    "reduce_scatter": ("out_of_place", "in_place"),
+    "all_to_all": ("out_of_place",),
+}
+PERIOD = 7  # pattern values: rank + 1 + (index mod PERIOD)
+
+
+@attrs.define
+class Call:
+    """One collective ready to issue: ``run()``, its output and what it must hold after."""
+
+    run: object
+    output: object
+    expected: object
+
+
+def pattern(rank: int, count: int, dtype, device):
+    import torch
+
+    values = torch.arange(count, device=device) % PERIOD + (rank + 1)
+    return values.to(dtype)
+
+
+def _sum_over_ranks(world: int, count: int, dtype, device):
+    return sum(pattern(r, count, dtype, device).double() for r in range(world)).to(dtype)
+
+
+def _all_reduce(ctx, count, dtype, placement, splits):
+    import torch.distributed as dist
+
+    buf = pattern(ctx.rank, count, dtype, ctx.device)
+    expected = _sum_over_ranks(ctx.world_size, count, dtype, ctx.device)
+    return Call(lambda: dist.all_reduce(buf), buf, expected)
+
+
+def _broadcast(ctx, count, dtype, placement, splits):
+    import torch.distributed as dist
+
+    buf = pattern(ctx.rank, count, dtype, ctx.device)
+    expected = pattern(0, count, dtype, ctx.device)
+    return Call(lambda: dist.broadcast(buf, src=0), buf, expected)
+
+
+def _all_gather(ctx, count, dtype, placement, splits):
+    import torch
+    import torch.distributed as dist
+
+    chunk = count // ctx.world_size
+    mine = pattern(ctx.rank, chunk, dtype, ctx.device)
+    out = torch.empty(count, dtype=dtype, device=ctx.device)
+    if placement == "in_place":
+        out[ctx.rank * chunk : (ctx.rank + 1) * chunk] = mine
+        mine = out[ctx.rank * chunk : (ctx.rank + 1) * chunk]
+    expected = torch.cat([pattern(r, chunk, dtype, ctx.device) for r in range(ctx.world_size)])
+    return Call(lambda: dist.all_gather_into_tensor(out, mine), out, expected)
+
+
+def _reduce_scatter(ctx, count, dtype, placement, splits):
+    import torch
+    import torch.distributed as dist
+
+    chunk = count // ctx.world_size
+    mine = slice(ctx.rank * chunk, (ctx.rank + 1) * chunk)
+    source = pattern(ctx.rank, count, dtype, ctx.device)
+    expected = _sum_over_ranks(ctx.world_size, count, dtype, ctx.device)[mine]
+    if placement == "in_place":
+        out = source[mine]
+    else:
+        out = torch.empty(chunk, dtype=dtype, device=ctx.device)
+    return Call(lambda: dist.reduce_scatter_tensor(out, source), out, expected)
+
+
+def _all_to_all(ctx, count, dtype, placement, splits):
+    """``splits[src][dst]``: elements rank src sends to rank dst (rows sum to count)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = ctx.rank, ctx.world_size
+    send = [splits[rank][dst] for dst in range(world)]
+    receive = [splits[src][rank] for src in range(world)]
+    source = pattern(rank, count, dtype, ctx.device)
+    out = torch.empty(sum(receive), dtype=dtype, device=ctx.device)
+    pieces = []
+    for src in range(world):
+        offset = sum(splits[src][:rank])
+        pieces.append(pattern(src, count, dtype, ctx.device)[offset : offset + splits[src][rank]])
+    expected = torch.cat(pieces)
+    return Call(lambda: dist.all_to_all_single(out, source, receive, send), out, expected)
+
+
+BUILDERS = {
+    "all_reduce": _all_reduce,
+    "broadcast": _broadcast,
+    "all_gather": _all_gather,
+    "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all,
+}
+
+
+def prepare(ctx, operation: str, count: int, dtype, placement: str, splits=None) -> Call:
+    """The call of ``operation`` over ``count`` counted elements on this rank."""
+    return BUILDERS[operation](ctx, count, dtype, placement, splits)
+
+
+def wrong_elements(call: Call) -> int:
+    """Elements of the output that differ from the expected result."""
+    return int((call.output != call.expected).sum().item())
+
+
+def equal_splits(count: int, world: int) -> list[list[int]]:
+    return [[count // world] * world for _ in range(world)]
