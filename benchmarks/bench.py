@@ -114,7 +114,11 @@ def make_config(args, output: str):
             "strategy": "single",
             "preset": args.preset,
             "output": output,
-            "training": {"steps": args.steps, "warmup_steps": args.warmup_steps, "repeat": 1},
+            "training": {
+                "steps": args.warmup_steps + args.steps,
+                "warmup_steps": args.warmup_steps,
+                "repeat": 1,
+            },
             "launch": {"device": args.device},
         }
     )
@@ -164,7 +168,7 @@ def run_bare(config) -> dict:
     )
     ends = []
     loss = None
-    for step in range(training.warmup_steps + training.steps):
+    for step in range(training.steps):
         batch = data.batch(step, 0)
         loss = model(batch.inputs, batch.targets)
         loss.backward()

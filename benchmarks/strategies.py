@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="results/strategies.json")
     parser.add_argument("--preset", default="small")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5, help="measured steps (after warmup)")
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--micro-batch-size", type=int, default=2)
@@ -58,7 +58,7 @@ def run_one(strategy: str, args, workdir: Path) -> dict:
         "--preset",
         args.preset,
         "--steps",
-        str(args.steps),
+        str(args.warmup_steps + args.steps),
         "--warmup-steps",
         str(args.warmup_steps),
         "--micro-batch-size",

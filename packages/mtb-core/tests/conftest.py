@@ -13,7 +13,7 @@ from mtb.cli import make_cli
 from mtb.plugins import build_plugin_manager
 
 PLUGIN_DIR = Path(__file__).parent / "plugins"
-TINY = ["--preset", "tiny", "--steps", "3", "--warmup-steps", "1"]
+TINY = ["--preset", "tiny", "--steps", "4", "--warmup-steps", "1"]
 
 
 @pytest.fixture

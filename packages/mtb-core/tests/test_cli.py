@@ -24,7 +24,7 @@ def test_run_help_lists_every_config_field_with_default_and_unit(invoke):
     for field in fields:
         flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
         assert flag in text, flag
-    assert "--steps INTEGER measured steps per trial [default: 10; unit: steps]" in text
+    assert "--steps INTEGER optimizer steps of the run, warmup included" in text
     assert "--timeout FLOAT wall-clock limit of the launch [default: 1800.0; unit: s]" in text
     assert "--d-model INTEGER hidden size [default: from preset; unit: features]" in text
     assert "--precision [fp32|bf16|fp16]" in text
@@ -124,7 +124,7 @@ def test_run_writes_result_with_trials_and_summary(invoke, tmp_path):
     assert "tokens/s (global)" in result.output and f"result written to {out}" in result.output
     doc = read_json(out)
     assert (doc["kind"], doc["status"], doc["schema_version"]) == ("train", "ok", 1)
-    assert doc["config"]["training"]["steps"] == 3
+    assert doc["config"]["training"]["steps"] == 4
     assert len(doc["trials"]) == 2
     for trial in doc["trials"]:
         assert [s["step"] for s in trial["steps"]] == [1, 2, 3]  # warmup step 0 excluded

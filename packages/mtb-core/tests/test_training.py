@@ -175,7 +175,7 @@ def test_non_finite_step_leaves_parameters_as_after_the_last_good_step(pm):
         }
     )
     context = RunContext(cfg, device=torch.device("cpu"))
-    trainer = Trainer(context, pm.registry("strategy").get("single"), pm.hook)
+    trainer = Trainer(context, pm.registry("strategy").get("single"), pm)
     snapshots = {}
 
     def keep(metrics):

@@ -118,9 +118,17 @@ class TrainingConfig:
 
     SECTION = "training"
 
-    steps: int = setting(10, help="measured steps per trial", unit="steps", minimum=1)
+    steps: int = setting(
+        10,
+        help="optimizer steps of the run, warmup included (a resumed run continues to it)",
+        unit="steps",
+        minimum=1,
+    )
     warmup_steps: int = setting(
-        2, help="steps run before measuring, excluded from metrics", unit="steps", minimum=0
+        2,
+        help="first steps of each trial (and of a resumed run) excluded from metrics",
+        unit="steps",
+        minimum=0,
     )
     repeat: int = setting(1, help="independent trials (fresh model, optimizer, data)", minimum=1)
     grad_accum_steps: int = setting(
@@ -159,6 +167,12 @@ class TrainingConfig:
     inject_nan_rank: int = setting(0, help="rank that sees the injected non-finite loss", minimum=0)
 
     def __attrs_post_init__(self):
+        if self.warmup_steps >= self.steps:
+            raise ConfigError(
+                "training.warmup_steps",
+                f"must be < training.steps={self.steps} "
+                "(steps counts every optimizer step, warmup included)",
+            )
         if self.min_lr > self.lr:
             raise ConfigError("training.min_lr", f"{self.min_lr} must be <= training.lr={self.lr}")
 
@@ -197,6 +211,62 @@ class LaunchConfig:
 
 
 @attrs.define(kw_only=True)
+class CheckpointConfig:
+    """Where and how often to save, how many to keep, and what to resume from."""
+
+    SECTION = "checkpoint"
+
+    dir: str | None = setting(
+        None, help="checkpoint directory", flag="--checkpoint-dir", shown_default="no checkpoints"
+    )
+    save_every: int | None = setting(
+        None,
+        help="save after every N optimizer steps",
+        unit="steps",
+        minimum=1,
+        shown_default="never (resume only)",
+    )
+    keep_last: int = setting(3, help="READY checkpoints kept (0 keeps all)", minimum=0)
+    resume: str | None = setting(
+        None,
+        help="resume from 'latest', a step number or a checkpoint path",
+        shown_default="start from step 0",
+    )
+    async_save: bool = setting(False, help="write checkpoints in the background while training")
+    backend: str = setting(
+        "auto",
+        help="checkpoint backend (see `mtb plugins`)",
+        flag="--checkpoint-backend",
+        shown_default="auto (the strategy's own)",
+    )
+    inject_kill_at_step: int | None = setting(
+        None,
+        help="SIGKILL a rank after this many steps (fault tests; first launch only)",
+        shown_default="never",
+        minimum=0,
+    )
+    inject_kill_during_save: bool = setting(
+        False, help="with --inject-kill-at-step S: kill while checkpoint step S is written"
+    )
+    inject_kill_rank: int = setting(1, help="rank that --inject-kill-at-step kills", minimum=0)
+    record_digests: bool = setting(
+        False,
+        help="record SHA256 digests of model, optimizer, scheduler, train state and RNG "
+        "after loading and at the end (gathers the full model on every rank)",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """True when the run saves or resumes checkpoints."""
+        return self.dir is not None or self.resume is not None
+
+    @property
+    def resume_needs_dir(self) -> bool:
+        """'latest' and a step number name checkpoints inside checkpoint.dir."""
+        return self.resume is not None and (self.resume == "latest" or self.resume.isdigit())
+
+
+@attrs.define(kw_only=True)
 class RunConfig:
     """Everything one ``mtb run`` needs; stored whole in its result."""
 
@@ -216,6 +286,7 @@ class RunConfig:
     data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})
     training: TrainingConfig = attrs.field(factory=TrainingConfig, metadata={"section": True})
     launch: LaunchConfig = attrs.field(factory=LaunchConfig, metadata={"section": True})
+    checkpoint: CheckpointConfig = attrs.field(factory=CheckpointConfig, metadata={"section": True})
     strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
 
     def __attrs_post_init__(self):
@@ -226,6 +297,19 @@ class RunConfig:
                 "training.inject_nan_rank",
                 f"must be < the world size {self.launch.world_size}",
             )
+        self._check_checkpoint()
+
+    def _check_checkpoint(self) -> None:
+        ckpt = self.checkpoint
+        if ckpt.dir is None and (ckpt.save_every is not None or ckpt.resume_needs_dir):
+            field = "save_every" if ckpt.save_every is not None else "resume"
+            raise ConfigError(f"checkpoint.{field}", "needs checkpoint.dir (--checkpoint-dir)")
+        if ckpt.enabled and self.training.repeat != 1:
+            raise ConfigError("training.repeat", "must be 1 when checkpointing (--checkpoint-dir)")
+        if ckpt.inject_kill_at_step is not None and ckpt.inject_kill_rank >= self.launch.world_size:
+            raise ConfigError(
+                "checkpoint.inject_kill_rank", f"must be < the world size {self.launch.world_size}"
+            )
 
 
 SECTIONS = {
@@ -233,6 +317,7 @@ SECTIONS = {
     "data": DataConfig,
     "training": TrainingConfig,
     "launch": LaunchConfig,
+    "checkpoint": CheckpointConfig,
 }
 
 # The fields that define the workload: a result or checkpoint is comparable
@@ -401,15 +486,23 @@ def _drop_nulls(value):
     return value
 
 
-def _select(doc: dict, dotted: str):
+def select(doc: dict, dotted: str):
+    """The value at a dotted path such as ``training.precision`` (None when absent)."""
     for part in dotted.split("."):
-        doc = doc[part]
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(part)
     return doc
+
+
+def fingerprint_fields(config: RunConfig) -> dict:
+    """The values of FINGERPRINT_FIELDS, by dotted name."""
+    doc = to_dict(config)
+    return {name: select(doc, name) for name in FINGERPRINT_FIELDS}
 
 
 def fingerprint(config: RunConfig) -> str:
     """SHA256 over the workload-defining fields (FINGERPRINT_FIELDS)."""
-    doc = to_dict(config)
-    covered = {name: _select(doc, name) for name in FINGERPRINT_FIELDS}
+    covered = fingerprint_fields(config)
     canonical = json.dumps(covered, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from mtb.context import RunContext
-from mtb.errors import UsageError
+from mtb.errors import RunFailed, UsageError, one_line
 
 
 def launched_by_torchrun() -> bool:
@@ -100,3 +100,34 @@ def ranks_with(context: RunContext, flags: list[bool]) -> list[list[int]]:
     if context.distributed:
         dist.all_reduce(table)
     return [table[:, i].nonzero().flatten().tolist() for i in range(len(flags))]
+
+
+def broadcast(context: RunContext, value=None):
+    """Rank 0's ``value`` on every rank (``value`` itself without a group)."""
+    if not context.distributed:
+        return value
+    box = [value if context.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def agree(context: RunContext, produce):
+    """Rank 0 runs ``produce()``; every rank gets its result or raises its error.
+
+    The error is re-raised on every rank with the same message, so no rank
+    waits in a collective for a rank that already failed.
+    """
+    outcome = None
+    if context.is_main:
+        try:
+            outcome = ("ok", produce())
+        except UsageError as error:  # carried to every rank below, as text
+            outcome = ("usage", str(error))
+        except Exception as error:
+            outcome = ("failed", one_line(error))
+    status, value = broadcast(context, outcome)
+    if status == "usage":
+        raise UsageError(value)
+    if status == "failed":
+        raise RunFailed(value)
+    return value

@@ -21,6 +21,7 @@ ENTRY_POINT_GROUP = "mtb"
 DEFAULT_PLUGINS = (
     "mtb.strategies.single",
     "mtb.reporters.json_reporter",
+    "mtb.checkpoint.dcp_backend",
 )
 
 

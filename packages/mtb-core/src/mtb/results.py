@@ -61,6 +61,10 @@ class RunResult:
     summary: dict
     #: what the strategy resolved at run time (sync mode, engine config), from rank 0
     strategy_details: dict = attrs.field(factory=dict)
+    #: saves, resume and runtime state of a checkpointed run (None without checkpointing)
+    checkpoint: dict | None = None
+    #: digests of the final state by component (None unless checkpoint.record_digests)
+    state_digests: dict | None = None
 
 
 result_converter = cattrs.Converter()

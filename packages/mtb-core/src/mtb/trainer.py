@@ -7,12 +7,15 @@ per-step agreement on non-finite values (one small all_reduce).
 """
 
 import math
+import random
 import resource
 import time
 
 import attrs
+import numpy as np
 import torch
 
+from mtb.checkpoint.session import CheckpointSession
 from mtb.clock import PhaseClock
 from mtb.data import SyntheticTokens
 from mtb.distributed import ranks_with
@@ -32,9 +35,16 @@ class TrialRecord:
     model_state_bytes: dict
     memory: dict
     details: dict
+    #: checkpoint saves and resume of this rank (None without checkpointing)
+    checkpoint: dict | None = None
+    #: digests of the final state (None unless checkpoint.record_digests)
+    digests: dict | None = None
 
 
 def seed_everything(seed: int) -> None:
+    """Seed every generator a run may draw from, so a run's RNG states are reproducible."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
@@ -61,10 +71,11 @@ def memory_stats(device: torch.device) -> dict:
 class Trainer:
     """Runs trials of one strategy on this rank and records their numbers."""
 
-    def __init__(self, context, strategy, hooks):
+    def __init__(self, context, strategy, pm):
         self.context = context
         self.strategy = strategy
-        self.hooks = hooks
+        self.pm = pm
+        self.hooks = pm.hook
         self.training = context.config.training
 
     def data(self) -> SyntheticTokens:
@@ -88,21 +99,29 @@ class Trainer:
             model, lambda params: make_optimizer(params, self.training), self.context
         )
         self.context.engine = engine
+        session = CheckpointSession(self.context, self.strategy, self.pm, engine)
         data = self.data()
         clock = PhaseClock(self.context.device)
         self.hooks.mtb_run_start(context=self.context)
         steps = []
-        for step in range(self.training.warmup_steps + self.training.steps):
-            metrics = self.step(engine, data, clock, step)
+        start = session.start_step
+        warmup = min(self.training.warmup_steps, self.training.steps - start - 1)
+        for step in range(start, self.training.steps):
+            session.before_step(step)
+            metrics = self.step(engine, data, clock, step, warmup=step < start + warmup)
             steps.append(metrics)
             self.hooks.mtb_step_end(context=self.context, metrics=metrics)
+            session.after_step(step + 1, metrics)
             if on_step is not None:
                 on_step(metrics)
-        state_bytes = self.probe_state_bytes(engine, data, len(steps))
+        checkpoint, digests = session.finish()
+        state_bytes = self.probe_state_bytes(engine, data, self.training.steps)
         memory = memory_stats(self.context.device)
-        return TrialRecord(self.context.rank, steps, state_bytes, memory, engine.details())
+        return TrialRecord(
+            self.context.rank, steps, state_bytes, memory, engine.details(), checkpoint, digests
+        )
 
-    def step(self, engine, data, clock: PhaseClock, step: int) -> StepMetrics:
+    def step(self, engine, data, clock: PhaseClock, step: int, warmup: bool) -> StepMetrics:
         accum = self.training.grad_accum_steps
         started = time.perf_counter()
         clock.start()
@@ -117,7 +136,7 @@ class Trainer:
                 engine.backward(loss / accum)
             loss_sum += loss.detach()
             clock.mark("forward_backward")
-        lr = lr_at(step, self.training, self.training.warmup_steps + self.training.steps)
+        lr = lr_at(step, self.training, self.training.steps)
         engine.set_lr(lr)
         max_norm = self.training.max_grad_norm
         raw_norm = engine.grad_norm() if max_norm is not None else None
@@ -132,7 +151,7 @@ class Trainer:
         step_ms = (time.perf_counter() - started) * 1000.0
         return StepMetrics(
             step=step,
-            warmup=step < self.training.warmup_steps,
+            warmup=warmup,
             data_ms=phases.get("data", 0.0),
             forward_backward_ms=phases.get("forward_backward", 0.0),
             optimizer_ms=phases.get("optimizer", 0.0),

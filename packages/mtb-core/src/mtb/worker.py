@@ -13,6 +13,7 @@ import time
 
 from mtb import config as config_mod
 from mtb import distributed, provenance
+from mtb.checkpoint.state import combine_digests
 from mtb.errors import one_line
 from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
 from mtb.model import flops_per_token, matmul_parameter_count, parameter_count
@@ -59,7 +60,7 @@ def step_progress(context):
     from mtb.console import stderr
 
     training = context.config.training
-    total = training.repeat * (training.warmup_steps + training.steps)
+    total = training.repeat * training.steps
     columns = (
         "[progress.description]{task.description}",
         BarColumn(),
@@ -83,7 +84,7 @@ def train(context, pm) -> list:
     """Every trial on this rank; returns this rank's TrialRecords."""
     strategy = pm.registry("strategy").get(context.config.strategy)
     strategy.check(context.config, context.device.type)
-    trainer = Trainer(context, strategy, pm.hook)
+    trainer = Trainer(context, strategy, pm)
     with step_progress(context) as on_step:
         return [trainer.run_trial(i, on_step) for i in range(context.config.training.repeat)]
 
@@ -141,8 +142,28 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
         trials=trials,
         summary=summarize_trials(trials, estimate),
         strategy_details=records_by_rank[0][0].details,
+        checkpoint=checkpoint_record([records_by_rank[r][0] for r in range(context.world_size)]),
+        state_digests=digests_of(
+            [records_by_rank[r][0].digests for r in range(context.world_size)]
+        ),
     )
     return to_document(result)
+
+
+def digests_of(per_rank: list) -> dict | None:
+    return None if per_rank[0] is None else combine_digests(per_rank)
+
+
+def checkpoint_record(records: list) -> dict | None:
+    """Rank 0's checkpoint record, with every rank's blocked time and loaded digests."""
+    first = records[0].checkpoint
+    if first is None:
+        return None
+    return {
+        **first,
+        "blocked_s_total_per_rank": [r.checkpoint["blocked_s_total"] for r in records],
+        "loaded_digests": digests_of([r.checkpoint["loaded_digests"] for r in records]),
+    }
 
 
 def write_result(pm, document: dict, path: str) -> None:

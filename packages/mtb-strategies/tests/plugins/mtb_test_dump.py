@@ -13,7 +13,7 @@ from mtb import hookimpl
 def mtb_step_end(context, metrics):
     path = os.environ.get("MTB_TEST_DUMP")
     training = context.config.training
-    last = training.warmup_steps + training.steps - 1
+    last = training.steps - 1
     if not path or context.trial != 0:
         return
     if metrics.step != int(os.environ.get("MTB_TEST_DUMP_STEP", last)):

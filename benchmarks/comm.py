@@ -1,0 +1,136 @@
+"""mtb-comm benchmark: the ``mtb comm`` table, and the harness overhead of its timing.
+
+Run as ``python benchmarks/comm.py --output results/comm-bench.json``.
+
+(a) ``mtb comm`` on 2 CPU ranks over gloo for sizes 1K to 64M (a
+    subprocess, exactly as a user runs it); its table is printed.
+(b) Harness overhead at 16M: in one 2-rank launch, rounds alternate between
+    a bare timed loop of ``dist.all_reduce`` (one clock around the loop) and
+    mtb-comm's own measurement of the same all_reduce (comm_bench.measure_case:
+    per-iteration clock, barrier, check). Each side's time is the per-rank
+    mean per iteration, max across ranks, median over rounds. Target: mtb
+    within 5 % of bare. Exit 0 whether or not the target was met, unless
+    ``--check``.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 0.05
+SIZE = 16 * 2**20
+
+
+def bare_round(iters: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.zeros(SIZE // 4)
+    dist.all_reduce(buf)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf)
+    return (time.perf_counter() - start) * 1e6 / iters
+
+
+def mtb_round(context, config) -> float:
+    from mtb_comm.comm_bench import measure_case
+
+    record = measure_case(context, config, "all_reduce", "in_place", None, SIZE)
+    assert record["wrong_elements"] == 0
+    return statistics.fmean(record["times_us"])
+
+
+def overhead_worker(spec) -> dict:
+    """One rank: alternating bare and mtb rounds; rank 0 returns both sides per round."""
+    from mtb_comm.worker import run
+
+    def measure(context, config):
+        sides = {"bare_us": [], "mtb_us": []}
+        for _ in range(spec["rounds"]):
+            sides["bare_us"].append(bare_round(config.iters))
+            sides["mtb_us"].append(mtb_round(context, config))
+        return sides
+
+    return run(spec["config"], measure)
+
+
+def overhead(args) -> dict:
+    from mtb.config import LaunchConfig
+    from mtb_comm.config import CommConfig
+    from mtb_comm.launch import run_on_ranks
+
+    config = CommConfig(iters=args.iters, warmup=2, launch=LaunchConfig(nproc_per_node=2))
+    spec = _Spec(config=config, rounds=args.rounds)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    _, per_rank = run_on_ranks(_entry, spec)
+    rounds = [
+        {side: max(rank[side][i] for rank in per_rank) for side in ("bare_us", "mtb_us")}
+        for i in range(args.rounds)
+    ]
+    bare = statistics.median(r["bare_us"] for r in rounds)
+    mine = statistics.median(r["mtb_us"] for r in rounds)
+    return {
+        "size_bytes": SIZE,
+        "rounds": rounds,
+        "bare_us": bare,
+        "mtb_us": mine,
+        "overhead": mine / bare - 1,
+        "target": TARGET,
+        "met": abs(mine / bare - 1) <= TARGET,
+    }
+
+
+class _Spec(dict):
+    """The worker spec; the launcher reads ``.launch``."""
+
+    @property
+    def launch(self):
+        return self["config"].launch
+
+
+def _entry(spec):
+    return overhead_worker(spec)
+
+
+def table(args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "comm.json"
+        cmd = [sys.executable, "-m", "mtb", "comm", "--nproc-per-node", "2", "--device", "cpu"]
+        cmd += ["--sizes", args.sizes, "--iters", str(args.iters), "--output", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        print(done.stdout, end="")
+        if done.returncode:
+            print(done.stderr, file=sys.stderr)
+        return json.loads(out.read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="results/comm-bench.json")
+    parser.add_argument("--sizes", default="1K,4K,16K,64K,256K,1M,4M,16M,64M")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
+    args = parser.parse_args()
+    result = {"comm": table(args), "overhead": overhead(args)}
+    o = result["overhead"]
+    print(
+        f"harness overhead, 16M all_reduce: mtb {o['mtb_us']:.1f} us, bare {o['bare_us']:.1f} us,"
+        f" {o['overhead'] * 100:+.2f} % (target within {TARGET * 100:.0f} %: "
+        f"{'met' if o['met'] else 'missed'})"
+    )
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=2))
+    return 1 if args.check and not o["met"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

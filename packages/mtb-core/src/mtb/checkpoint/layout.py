@@ -1,0 +1,169 @@
+"""The checkpoint directory: names, digests, publication, the ``latest`` pointer, retention.
+
+Layout (see docs/checkpoints.md)::
+
+    DIR/latest                 text naming the newest published step, replaced atomically
+    DIR/step_00000010/         published: metadata.json, then READY written last
+    DIR/step_00000012.tmp-XY/  being written or abandoned; never resumed
+
+Nothing here imports torch.
+"""
+
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import attrs
+
+READY = "READY"
+METADATA = "metadata.json"
+LATEST = "latest"
+STEP_PATTERN = re.compile(r"^step_(\d{8})$")
+TMP_PATTERN = re.compile(r"^step_(\d{8})\.tmp-[0-9a-f]+$")
+
+
+def step_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def temporary_name(step: int) -> str:
+    return f"{step_name(step)}.tmp-{secrets.token_hex(4)}"
+
+
+@attrs.frozen
+class Entry:
+    """One step directory (published or temporary) found in a checkpoint directory."""
+
+    path: Path
+    step: int
+    temporary: bool
+
+    @property
+    def ready(self) -> bool:
+        return not self.temporary and (self.path / READY).is_file()
+
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+    def age_s(self) -> float:
+        return time.time() - self.path.stat().st_mtime
+
+
+def scan(directory: Path) -> list[Entry]:
+    """Every step directory under ``directory``, oldest step first."""
+    if not directory.is_dir():
+        return []
+    entries = []
+    for child in directory.iterdir():
+        for pattern, temporary in ((STEP_PATTERN, False), (TMP_PATTERN, True)):
+            match = pattern.match(child.name)
+            if match and child.is_dir():
+                entries.append(Entry(child, int(match.group(1)), temporary))
+    return sorted(entries, key=lambda e: (e.step, e.temporary, e.path.name))
+
+
+def published(directory: Path) -> list[Entry]:
+    """READY checkpoints, oldest first."""
+    return [e for e in scan(directory) if e.ready]
+
+
+def abandoned(directory: Path) -> list[Entry]:
+    """Temporary directories: saves in progress or interrupted; they never count as kept."""
+    return [e for e in scan(directory) if e.temporary]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def payload_files(step_dir: Path) -> list[str]:
+    """Every file of a checkpoint but metadata.json and READY, as sorted relative paths."""
+    skip = {METADATA, READY}
+    return sorted(
+        str(f.relative_to(step_dir))
+        for f in step_dir.rglob("*")
+        if f.is_file() and f.name not in skip
+    )
+
+
+def file_digests(step_dir: Path) -> dict[str, dict]:
+    """SHA256 and size of every payload file."""
+    return {
+        name: {"sha256": sha256_file(step_dir / name), "bytes": (step_dir / name).stat().st_size}
+        for name in payload_files(step_dir)
+    }
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary sibling, fsync, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def publish(tmp_dir: Path, step: int) -> Path:
+    """Rename a finished temporary directory to its step name, then write READY.
+
+    An existing step directory is never replaced: that is an error.
+    """
+    final = tmp_dir.parent / step_name(step)
+    if final.exists():
+        raise FileExistsError(f"{final.name} already exists; a checkpoint is never overwritten")
+    os.rename(tmp_dir, final)
+    write_text_atomic(final / READY, "")
+    _fsync_dir(final.parent)
+    return final
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_latest(directory: Path) -> str | None:
+    """The step name the ``latest`` pointer holds (None when missing or unreadable)."""
+    try:
+        return (directory / LATEST).read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_latest(directory: Path, step: int) -> None:
+    write_text_atomic(directory / LATEST, step_name(step) + "\n")
+
+
+def prune(directory: Path, keep_last: int) -> list[Path]:
+    """Remove the oldest READY checkpoints beyond ``keep_last`` (0 keeps all).
+
+    Only READY checkpoints count and are removed; the newest READY one always
+    stays; temporary directories are left for ``mtb checkpoint clean``.
+    """
+    if keep_last <= 0:
+        return []
+    ready = published(directory)
+    doomed = ready[: max(0, len(ready) - keep_last)]
+    for entry in doomed:
+        shutil.rmtree(entry.path)
+    return [entry.path for entry in doomed]
+
+
+def clean(directory: Path) -> list[Path]:
+    """Remove abandoned temporary directories and published ones without READY."""
+    doomed = [e.path for e in scan(directory) if not e.ready]
+    for path in doomed:
+        shutil.rmtree(path)
+    return doomed

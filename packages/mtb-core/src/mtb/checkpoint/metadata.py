@@ -1,0 +1,146 @@
+"""metadata.json: what a checkpoint holds, how to check its files, and whether a run may load it.
+
+Plain Python (no torch): ``mtb checkpoint list`` and ``inspect`` read it cheaply.
+"""
+
+import json
+from pathlib import Path
+
+from mtb import config as config_mod
+from mtb.checkpoint import layout
+from mtb.errors import UsageError
+
+FORMAT_VERSION = 1
+
+#: run settings that must equal the checkpoint's for a resume (world size is checked apart)
+MUST_MATCH = (
+    "strategy",
+    "strategy_options",
+    "model",
+    "data.seed",
+    "data.micro_batch_size",
+    "training.precision",
+    "training.grad_accum_steps",
+    "training.optimizer",
+)
+
+
+class CheckpointError(UsageError):
+    """A checkpoint that cannot be used: missing, incomplete, corrupt or incompatible."""
+
+
+def build(step_dir: Path, state: dict, config, world_size: int, backend: str, versions) -> dict:
+    """The metadata document of a finished payload in ``step_dir`` (rank 0, all ranks done)."""
+    covered = config_mod.fingerprint_fields(config)
+    return {
+        "format_version": FORMAT_VERSION,
+        "step": state["step"],
+        "tokens_seen": state["tokens_seen"],
+        "world_size": world_size,
+        "strategy": config.strategy,
+        "precision": config.training.precision,
+        "backend": backend,
+        "config_fingerprint": config_mod.fingerprint(config),
+        "fingerprint_fields": covered,
+        "config": config_mod.to_dict(config),
+        "versions": versions,
+        "created_utc": state["created_utc"],
+        "files": layout.file_digests(step_dir),
+    }
+
+
+def read(step_dir: Path) -> dict:
+    """metadata.json of ``step_dir``, or a CheckpointError saying what is wrong with it."""
+    path = step_dir / layout.METADATA
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{step_dir}: no {layout.METADATA} (incomplete checkpoint)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: corrupt metadata ({error})") from None
+    if not isinstance(document, dict) or document.get("format_version") != FORMAT_VERSION:
+        version = document.get("format_version") if isinstance(document, dict) else None
+        raise CheckpointError(
+            f"{path}: format_version {version!r} is not supported; this mtb reads {FORMAT_VERSION}"
+        )
+    return document
+
+
+def file_problems(step_dir: Path, document: dict) -> list[str]:
+    """Files missing, unexpected, resized or altered against metadata.json (empty: intact)."""
+    expected = document.get("files", {})
+    present = set(layout.payload_files(step_dir))
+    problems = [f"missing {name}" for name in sorted(set(expected) - present)]
+    problems += [f"unexpected {name}" for name in sorted(present - set(expected))]
+    for name in sorted(set(expected) & present):
+        path = step_dir / name
+        if path.stat().st_size != expected[name]["bytes"]:
+            problems.append(
+                f"{name}: {path.stat().st_size} bytes, expected {expected[name]['bytes']}"
+            )
+        elif layout.sha256_file(path) != expected[name]["sha256"]:
+            problems.append(f"{name}: SHA256 differs from metadata.json")
+    return problems
+
+
+def check_intact(step_dir: Path) -> dict:
+    """The metadata of a READY checkpoint whose files all match it, else CheckpointError."""
+    if not (step_dir / layout.READY).is_file():
+        raise CheckpointError(f"{step_dir}: not READY (the save did not finish)")
+    document = read(step_dir)
+    problems = file_problems(step_dir, document)
+    if problems:
+        raise CheckpointError(
+            f"{step_dir}: files do not match metadata.json: {'; '.join(problems)}"
+        )
+    return document
+
+
+def _flatten(prefix: str, value) -> dict:
+    if isinstance(value, dict):
+        out = {}
+        for key in sorted(value):
+            out.update(_flatten(f"{prefix}.{key}" if prefix else key, value[key]))
+        return out
+    return {prefix: value}
+
+
+def differences(document: dict, config, world_size: int, reshard_refusal: str | None):
+    """(refusals, allowed changes): lines like ``world_size: checkpoint 2, run 4``.
+
+    A different world size is allowed only when the strategy can reshard
+    (``reshard_refusal`` is None); total steps, cadence and paths may differ.
+    """
+    saved = _flatten("", {k: config_mod.select(document["config"], k) for k in MUST_MATCH})
+    now = _flatten("", {k: config_mod.select(config_mod.to_dict(config), k) for k in MUST_MATCH})
+    refusals = [
+        f"{key}: checkpoint {saved.get(key)!r}, run {now.get(key)!r}"
+        for key in sorted(set(saved) | set(now))
+        if saved.get(key) != now.get(key)
+    ]
+    allowed = []
+    if document["world_size"] != world_size:
+        line = f"world_size: checkpoint {document['world_size']}, run {world_size}"
+        if reshard_refusal is None:
+            allowed.append(line)
+        else:
+            refusals.append(f"{line} ({reshard_refusal})")
+    saved_fields = _flatten("", document.get("fingerprint_fields", {}))
+    now_fields = _flatten("", config_mod.fingerprint_fields(config))
+    allowed += [
+        f"{key}: checkpoint {saved_fields[key]!r}, run {now_fields.get(key)!r}"
+        for key in sorted(saved_fields)
+        if saved_fields[key] != now_fields.get(key)
+        and not any(key.startswith(m) for m in MUST_MATCH)
+    ]
+    return refusals, allowed
+
+
+def check_compatible(step_dir: Path, document: dict, config, world_size, reshard_refusal) -> list:
+    """Raise CheckpointError listing every refused difference; return the allowed ones."""
+    refusals, allowed = differences(document, config, world_size, reshard_refusal)
+    if refusals:
+        raise CheckpointError(
+            f"checkpoint {step_dir.name} does not match this run: {'; '.join(refusals)}"
+        )
+    return allowed

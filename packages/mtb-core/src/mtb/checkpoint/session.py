@@ -1,0 +1,68 @@
+"""The trainer's side of checkpointing: resume before the loop, saves after steps, digests.
+
+Without ``--checkpoint-dir``/``--resume`` it does nothing beyond optional digests,
+so the training loop reads the same either way.
+"""
+
+from mtb.checkpoint import state
+from mtb.checkpoint.lifecycle import Checkpointer, backend_for
+
+
+class CheckpointSession:
+    """One trial's checkpoint work on this rank."""
+
+    def __init__(self, context, strategy, pm, engine):
+        self.context = context
+        self.config = context.config
+        self.engine = engine
+        self.checkpointer = (
+            Checkpointer(context, strategy, pm) if self.config.checkpoint.enabled else None
+        )
+        self.backend = (
+            self.checkpointer.backend
+            if self.checkpointer
+            else backend_for(pm, self.config, strategy)
+        )
+        self.resumed = self.checkpointer.resume(engine) if self.checkpointer else None
+        self.start_step = self.resumed.step if self.resumed else 0
+        self.tokens_seen = self.resumed.tokens_seen if self.resumed else 0
+        self.completed = self.start_step
+        self.lr = self.resumed.last_lr if self.resumed else None
+        self.loaded_digests = self.digests() if self.resumed else None
+
+    def current_state(self, completed: int) -> dict:
+        return state.train_state(
+            completed, self.tokens_seen, self.lr, self.config, self.context.dp_world_size
+        )
+
+    def digests(self) -> dict | None:
+        if not self.config.checkpoint.record_digests:
+            return None
+        current = self.current_state(self.completed)
+        return state.local_digests(self.engine, self.backend, current)
+
+    def before_step(self, step: int) -> None:
+        if self.checkpointer:
+            self.checkpointer.maybe_kill(step, during_save=False)
+
+    def after_step(self, completed: int, metrics) -> None:
+        self.completed = completed
+        self.lr = metrics.lr
+        self.tokens_seen += metrics.tokens * self.context.dp_world_size
+        if self.checkpointer and self.checkpointer.due(completed):
+            self.checkpointer.save(self.engine, completed, self.current_state(completed))
+
+    def finish(self) -> tuple[dict | None, dict | None]:
+        """(this rank's checkpoint record, its final digests), after the last save is done."""
+        if self.checkpointer is None:
+            return None, self.digests()
+        self.checkpointer.close()
+        record = {
+            **self.checkpointer.summary(),
+            "resumed": self.resumed.document() if self.resumed else None,
+            "start_step": self.start_step,
+            "end_step": self.config.training.steps,
+            "tokens_seen": self.tokens_seen,
+            "loaded_digests": self.loaded_digests,
+        }
+        return record, self.digests()
