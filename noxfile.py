@@ -143,3 +143,4 @@ def bench(session: nox.Session) -> None:
     (ROOT / "results").mkdir(exist_ok=True)
     session.run("python", "benchmarks/bench.py", "--output", "results/bench.json", *session.posargs)
     session.run("python", "benchmarks/strategies.py", "--output", "results/strategies.json")
+    session.run("python", "benchmarks/comm.py", "--output", "results/comm-bench.json")
