@@ -47,12 +47,14 @@ def prepare(config, pm):
 
 def preflight(config, pm) -> None:
     """Refuse an impossible run with one line before any worker starts."""
+    from mtb.checkpoint import lifecycle
     from mtb.distributed import resolve_backend, resolve_device_type
 
     strategy = pm.registry("strategy").get(config.strategy)
     device_type = resolve_device_type(config.launch.device)
     resolve_backend(config.launch.backend, device_type)
     strategy.check(config, device_type)
+    lifecycle.preflight(config, pm, strategy)
 
 
 def _free_port() -> int:
@@ -115,8 +117,8 @@ def _failure_message(error) -> str:
     return f"rank {rank} failed: {message.splitlines()[0]}"
 
 
-def spawn(config) -> None:
-    """Run the workers through torch's elastic launch API and wait for them."""
+def spawn(config, module: str = "mtb.worker", *args: str) -> None:
+    """Run ``python -m MODULE CONFIG.json ARGS`` workers through torch's elastic launch API."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
@@ -131,7 +133,7 @@ def spawn(config) -> None:
         _quiet_elastic_logs()
         try:
             with deadline(config.launch.timeout_s):
-                elastic_launch(launch_config, sys.executable)("-m", "mtb.worker", str(config_path))
+                elastic_launch(launch_config, sys.executable)("-m", module, str(config_path), *args)
         except ChildFailedError as error:
             raise RunFailed(_failure_message(error)) from None
 
@@ -168,11 +170,13 @@ def announce(config) -> None:
 
 
 def _run(config, pm) -> dict | None:
-    """In this process (one rank, or a torchrun worker) under the deadline, else spawned."""
+    """In this process (a torchrun worker, or one rank of a strategy without a process
+    group) under the deadline, else spawned: ddp or fsdp on one rank still get a group."""
     from mtb import worker
     from mtb.distributed import launched_by_torchrun
 
-    if launched_by_torchrun() or config.launch.world_size == 1:
+    groupless = pm.registry("strategy").get(config.strategy).max_world_size == 1
+    if launched_by_torchrun() or (config.launch.world_size == 1 and groupless):
         with deadline(config.launch.timeout_s):
             return worker.run(config, pm)
     spawn(config)

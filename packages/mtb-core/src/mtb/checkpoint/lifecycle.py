@@ -42,6 +42,36 @@ def backend_for(pm, config, strategy):
     return backend
 
 
+def admissible(choice: selection.Choice, config, world_size: int, backend) -> list[str]:
+    """Refuse a checkpoint this run cannot continue from; return the allowed differences."""
+    document = choice.metadata
+    allowed = meta.check_compatible(
+        choice.path, document, config, world_size, backend.reshard_refusal
+    )
+    if document["step"] >= config.training.steps:
+        raise UsageError(
+            f"checkpoint.resume: {choice.path.name} is at step {document['step']}, and "
+            f"training.steps is {config.training.steps}: nothing left to train"
+        )
+    return allowed
+
+
+def preflight(config, pm, strategy) -> None:
+    """Before any worker starts: refuse a resume whose checkpoint does not fit the run.
+
+    Missing or corrupt files are left to the workers, which all report them.
+    """
+    if config.checkpoint.resume is None:
+        return
+    directory = Path(config.checkpoint.dir) if config.checkpoint.dir else None
+    try:
+        choice = selection.choose(config.checkpoint.resume, directory)
+    except meta.CheckpointError:
+        return
+    if choice.path is not None:
+        admissible(choice, config, config.launch.world_size, backend_for(pm, config, strategy))
+
+
 @attrs.define
 class Resumed:
     """Where a run picked up: the checkpoint, its step and whether the continuation is exact."""
@@ -132,14 +162,7 @@ class Checkpointer:
             return None
         document = choice.metadata
         world = self.context.world_size
-        allowed = meta.check_compatible(
-            choice.path, document, self.config, world, self.backend.reshard_refusal
-        )
-        if document["step"] >= self.config.training.steps:
-            raise UsageError(
-                f"checkpoint.resume: {choice.path.name} is at step {document['step']}, and "
-                f"training.steps is {self.config.training.steps}: nothing left to train"
-            )
+        allowed = admissible(choice, self.config, world, self.backend)
         self.backend.load(engine, choice.path, self.context)
         train_state = state.load_train_state(choice.path)
         same_world = document["world_size"] == world

@@ -39,7 +39,7 @@ class CheckpointSession:
         if not self.config.checkpoint.record_digests:
             return None
         current = self.current_state(self.completed)
-        return state.local_digests(self.engine, self.backend, current)
+        return state.local_digests(self.engine, self.backend, current, state.capture_rng())
 
     def before_step(self, step: int) -> None:
         if self.checkpointer:

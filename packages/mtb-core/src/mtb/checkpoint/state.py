@@ -100,14 +100,21 @@ def train_state(completed: int, tokens_seen: int, lr: float, config, dp_world_si
     }
 
 
-def local_digests(engine, backend, current: dict) -> dict:
-    """This rank's digests of the live state (every rank calls it: the model is gathered)."""
+TRAIN_STATE_KEYS = ("step", "tokens_seen", "data")
+
+
+def local_digests(engine, backend, current: dict, rng: dict) -> dict:
+    """This rank's digests of model, optimizer, scheduler, train state and RNG.
+
+    Every rank calls it together: the model is gathered whole. ``current`` is
+    a train state as :func:`train_state` builds it (extra keys are ignored).
+    """
     return {
         "model": digest(engine.full_model_state()),
         "optimizer": digest(backend.optimizer_state(engine)),
         "scheduler": digest(current["scheduler"]),
-        "train_state": digest({k: v for k, v in current.items() if k != "scheduler"}),
-        "rng": digest(capture_rng()),
+        "train_state": digest({key: current[key] for key in TRAIN_STATE_KEYS}),
+        "rng": digest(rng),
     }
 
 

@@ -22,6 +22,7 @@ class MtbGroup(click.Group):
 
 def make_cli(pm) -> click.Group:
     from mtb import __version__
+    from mtb.cli.checkpoint_command import checkpoint_group
     from mtb.cli.plugins_command import plugins_command
     from mtb.cli.run_command import build_run_command
 
@@ -39,6 +40,7 @@ def make_cli(pm) -> click.Group:
 
     cli.add_command(build_run_command(pm))
     cli.add_command(plugins_command)
+    cli.add_command(checkpoint_group)
     pm.hook.mtb_register_commands(cli=cli)
     return cli
 

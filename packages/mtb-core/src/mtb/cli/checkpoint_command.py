@@ -1,0 +1,150 @@
+"""``mtb checkpoint``: list, inspect, verify and clean a run's checkpoints."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import click
+
+from mtb.errors import RunFailed, UsageError
+
+
+@click.group("checkpoint")
+def checkpoint_group():
+    """Inspect and maintain checkpoint directories (see docs/checkpoints.md)."""
+
+
+def _directory(path: str) -> Path:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise UsageError(f"DIR: {path} is not a directory")
+    return directory
+
+
+def _state(entry) -> str:
+    from mtb.checkpoint.metadata import CheckpointError, check_intact
+
+    if entry.temporary:
+        return "incomplete (temporary)"
+    try:
+        check_intact(entry.path)
+    except CheckpointError as error:
+        return "READY, damaged" if entry.ready else f"incomplete ({_why(error)})"
+    return "READY"
+
+
+def _why(error) -> str:
+    return str(error).split(": ", 1)[-1]
+
+
+def _age(seconds: float) -> str:
+    return str(dt.timedelta(seconds=int(seconds)))
+
+
+@checkpoint_group.command("list")
+@click.argument("directory", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON list instead of a table")
+def list_command(directory, as_json):
+    """Every checkpoint in DIR: step, READY or incomplete, size, age, and which `latest` names."""
+    from rich.table import Table
+
+    from mtb.checkpoint import layout
+    from mtb.console import stdout
+
+    root = _directory(directory)
+    latest = layout.read_latest(root)
+    rows = [
+        {
+            "name": entry.path.name,
+            "step": entry.step,
+            "state": _state(entry),
+            "bytes": entry.size_bytes(),
+            "age_s": round(entry.age_s(), 1),
+            "latest": entry.path.name == latest,
+        }
+        for entry in layout.scan(root)
+    ]
+    if as_json:
+        click.echo(json.dumps({"directory": str(root), "latest": latest, "checkpoints": rows}))
+        return
+    table = Table(title=f"{root}: latest -> {latest or 'none'}")
+    for column in ("checkpoint", "step", "state", "size", "age", "latest"):
+        table.add_column(column, justify="right" if column in ("step", "size") else "left")
+    for row in rows:
+        table.add_row(
+            row["name"],
+            str(row["step"]),
+            row["state"],
+            f"{row['bytes'] / 2**20:,.2f} MiB",
+            _age(row["age_s"]),
+            "<- latest" if row["latest"] else "",
+        )
+    stdout.print(table)
+
+
+@checkpoint_group.command("inspect")
+@click.argument("path", metavar="PATH")
+def inspect_command(path):
+    """Print a checkpoint's metadata.json, with whether its files still match it."""
+    from mtb.checkpoint import layout
+    from mtb.checkpoint import metadata as meta
+
+    step_dir = Path(path)
+    if not step_dir.is_dir():
+        raise UsageError(f"PATH: {path} is not a checkpoint directory")
+    document = meta.read(step_dir)
+    problems = meta.file_problems(step_dir, document)
+    report = {
+        "path": str(step_dir),
+        "ready": (step_dir / layout.READY).is_file(),
+        "files_match": not problems,
+        "problems": problems,
+        "metadata": document,
+    }
+    click.echo(json.dumps(report, indent=2))
+
+
+@checkpoint_group.command("verify")
+@click.argument("left", metavar="LEFT")
+@click.argument("right", metavar="RIGHT")
+@click.option(
+    "--output", "-o", default="checkpoint-verify.json", show_default=True, help="diagnosis JSON"
+)
+@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.pass_obj
+def verify_command(pm, left, right, output, device, timeout_s):
+    """Load LEFT and RIGHT at their saved world sizes and compare state digests.
+
+    Compares model, optimizer, scheduler, train state and each rank's RNG;
+    writes a JSON diagnosis and exits 1 naming the components that differ.
+    """
+    from mtb.checkpoint.verify import diagnosis
+    from mtb.reporting import write_atomic
+
+    document = diagnosis(Path(left), Path(right), pm, device, timeout_s)
+    write_atomic(output, json.dumps(document, indent=2) + "\n")
+    click.echo(f"diagnosis written to {output}")
+    if document["differing"]:
+        raise RunFailed(f"checkpoints differ in: {', '.join(document['differing'])}")
+    click.echo("identical: model, optimizer, scheduler, train_state, rng")
+
+
+@checkpoint_group.command("clean")
+@click.argument("directory", metavar="DIR")
+@click.option("--dry-run", is_flag=True, help="only list what would be removed")
+def clean_command(directory, dry_run):
+    """Remove abandoned temporary directories and step directories without READY.
+
+    Run it only when no run is saving into DIR: a save in progress looks abandoned.
+    """
+    from mtb.checkpoint import layout
+
+    root = _directory(directory)
+    doomed = [e.path for e in layout.scan(root) if not e.ready]
+    if not dry_run:
+        layout.clean(root)
+    verb = "would remove" if dry_run else "removed"
+    for path in doomed:
+        click.echo(f"{verb} {path}")
+    click.echo(f"{verb} {len(doomed)} incomplete checkpoint(s)")
