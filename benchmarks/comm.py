@@ -4,13 +4,14 @@ Run as ``python benchmarks/comm.py --output results/comm-bench.json``.
 
 (a) ``mtb comm`` on 2 CPU ranks over gloo for sizes 1K to 64M (a
     subprocess, exactly as a user runs it); its table is printed.
-(b) Harness overhead at 16M: in one 2-rank launch, rounds alternate between
-    a bare timed loop of ``dist.all_reduce`` (one clock around the loop) and
-    mtb-comm's own measurement of the same all_reduce (comm_bench.measure_case:
+(b) Harness overhead at 16M: in one 2-rank launch, each round runs, in
+    alternating order, a bare timed loop of ``dist.all_reduce`` (one clock
+    around the loop) and mtb-comm's own measurement of the same all_reduce (comm_bench.measure_case:
     per-iteration clock, barrier, check). Each side's time is the per-rank
-    mean per iteration, max across ranks, median over rounds. Target: mtb
-    within 5 % of bare. Exit 0 whether or not the target was met, unless
-    ``--check``.
+    mean per iteration, max across ranks; the verdict is the median over
+    rounds of mtb / bare within a round (rounds on a shared 2-core machine
+    vary by far more than 5 %, a pair much less). Target: within 5 %.
+    Exit 0 whether or not the target was met, unless ``--check``.
 """
 
 import argparse
@@ -56,9 +57,14 @@ def overhead_worker(spec) -> dict:
 
     def measure(context, config):
         sides = {"bare_us": [], "mtb_us": []}
-        for _ in range(spec["rounds"]):
-            sides["bare_us"].append(bare_round(config.iters))
-            sides["mtb_us"].append(mtb_round(context, config))
+        timers = {
+            "bare_us": lambda: bare_round(config.iters),
+            "mtb_us": lambda: mtb_round(context, config),
+        }
+        for i in range(spec["rounds"]):
+            # alternate which side goes first, so that order effects cancel
+            for side in sorted(timers, reverse=i % 2 == 1):
+                sides[side].append(timers[side]())
         return sides
 
     return run(spec["config"], measure)
@@ -69,7 +75,8 @@ def overhead(args) -> dict:
     from mtb_comm.config import CommConfig
     from mtb_comm.launch import run_on_ranks
 
-    config = CommConfig(iters=args.iters, warmup=WARMUP, launch=LaunchConfig(nproc_per_node=2))
+    launch = LaunchConfig(nproc_per_node=2)
+    config = CommConfig(iters=args.overhead_iters, warmup=WARMUP, launch=launch)
     spec = _Spec(config=config, rounds=args.rounds)
     os.environ["OMP_NUM_THREADS"] = "1"
     _, per_rank = run_on_ranks(_entry, spec)
@@ -77,16 +84,19 @@ def overhead(args) -> dict:
         {side: max(rank[side][i] for rank in per_rank) for side in ("bare_us", "mtb_us")}
         for i in range(args.rounds)
     ]
-    bare = statistics.median(r["bare_us"] for r in rounds)
-    mine = statistics.median(r["mtb_us"] for r in rounds)
+    ratios = [r["mtb_us"] / r["bare_us"] for r in rounds]
+    ratio = statistics.median(ratios)
     return {
         "size_bytes": SIZE,
+        "iters_per_round": args.overhead_iters,
         "rounds": rounds,
-        "bare_us": bare,
-        "mtb_us": mine,
-        "overhead": mine / bare - 1,
+        "bare_us": statistics.median(r["bare_us"] for r in rounds),
+        "mtb_us": statistics.median(r["mtb_us"] for r in rounds),
+        "bare_min_us": min(r["bare_us"] for r in rounds),
+        "mtb_min_us": min(r["mtb_us"] for r in rounds),
+        "overhead": ratio - 1,
         "target": TARGET,
-        "met": abs(mine / bare - 1) <= TARGET,
+        "met": abs(ratio - 1) <= TARGET,
     }
 
 
@@ -119,7 +129,8 @@ def main() -> int:
     parser.add_argument("--output", default="results/comm-bench.json")
     parser.add_argument("--sizes", default="1K,4K,16K,64K,256K,1M,4M,16M,64M")
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--overhead-iters", type=int, default=50, help="iterations per round")
     parser.add_argument("--skip-table", action="store_true", help="only measure the overhead")
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
     args = parser.parse_args()
