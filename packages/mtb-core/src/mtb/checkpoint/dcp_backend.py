@@ -5,12 +5,22 @@ modules alike, so a checkpoint reshards: DCP reads whatever slice each rank
 of the loading run needs.
 """
 
+import contextlib
+import warnings
 from pathlib import Path
 
 from mtb.checkpoint.backend import CheckpointBackend
 from mtb.hookspecs import hookimpl
 
 PAYLOAD = "dcp"
+
+
+@contextlib.contextmanager
+def _quiet_single_process():
+    """DCP warns that it assumes one process when there is no process group: that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _state(engine) -> dict:
@@ -32,8 +42,10 @@ class DcpBackend(CheckpointBackend):
 
         target = str(directory / PAYLOAD)
         if asynchronous:
-            return dcp.async_save(_state(engine), checkpoint_id=target, process_group=group)
-        dcp.save(_state(engine), checkpoint_id=target)
+            with _quiet_single_process():
+                return dcp.async_save(_state(engine), checkpoint_id=target, process_group=group)
+        with _quiet_single_process():
+            dcp.save(_state(engine), checkpoint_id=target)
         return None
 
     def load(self, engine, directory: Path, context) -> None:
@@ -41,7 +53,8 @@ class DcpBackend(CheckpointBackend):
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         state = _state(engine)
-        dcp.load(state, checkpoint_id=str(directory / PAYLOAD))
+        with _quiet_single_process():
+            dcp.load(state, checkpoint_id=str(directory / PAYLOAD))
         set_state_dict(
             engine.model,
             engine.optimizer,

@@ -84,6 +84,8 @@ class Resumed:
     exact: bool
     from_world_size: int
     allowed_changes: list[str]
+    #: seconds spent loading model, optimizer, RNG and train state
+    load_s: float
 
     def document(self) -> dict:
         return attrs.asdict(self)
@@ -163,6 +165,7 @@ class Checkpointer:
         document = choice.metadata
         world = self.context.world_size
         allowed = admissible(choice, self.config, world, self.backend)
+        started = time.perf_counter()
         self.backend.load(engine, choice.path, self.context)
         train_state = state.load_train_state(choice.path)
         same_world = document["world_size"] == world
@@ -180,6 +183,7 @@ class Checkpointer:
             exact=same_world,
             from_world_size=document["world_size"],
             allowed_changes=allowed,
+            load_s=time.perf_counter() - started,
         )
 
     # -- saving ---------------------------------------------------------------------------

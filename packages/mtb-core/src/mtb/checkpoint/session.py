@@ -29,6 +29,8 @@ class CheckpointSession:
         self.completed = self.start_step
         self.lr = self.resumed.last_lr if self.resumed else None
         self.loaded_digests = self.digests() if self.resumed else None
+        if self.resumed and context.is_main:
+            announce(self.resumed)
 
     def current_state(self, completed: int) -> dict:
         return state.train_state(
@@ -66,3 +68,17 @@ class CheckpointSession:
             "loaded_digests": self.loaded_digests,
         }
         return record, self.digests()
+
+
+def announce(resumed) -> None:
+    """One line on stderr: which checkpoint, why, and whether the continuation is exact."""
+    import sys
+
+    exact = "exact" if resumed.exact else "not exact: world size changed, data order differs"
+    changes = f"; changed: {', '.join(resumed.allowed_changes)}" if resumed.allowed_changes else ""
+    print(
+        f"mtb: resuming at step {resumed.step} from {resumed.path} ({resumed.reason}; {exact}"
+        f"{changes})",
+        file=sys.stderr,
+        flush=True,
+    )

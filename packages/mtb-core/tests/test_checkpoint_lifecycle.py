@@ -1,0 +1,139 @@
+"""Checkpoint layout, selection, retention and compatibility, on hand-made directories."""
+
+import json
+
+import pytest
+
+from mtb import config as config_mod
+from mtb.checkpoint import layout, selection
+from mtb.checkpoint import metadata as meta
+
+
+def run_config(**training):
+    flags = {"preset": "tiny", "training": {"steps": 8, **training}}
+    return config_mod.resolve(flags=flags)
+
+
+def make_checkpoint(root, step, config=None, world_size=2, ready=True):
+    """A published step directory with one payload file, metadata.json and READY."""
+    config = config or run_config()
+    tmp = root / layout.temporary_name(step)
+    (tmp / "payload").mkdir(parents=True)
+    (tmp / "payload" / "shard.bin").write_bytes(bytes(range(256)) * (step + 1))
+    train_state = {"step": step, "tokens_seen": step * 64, "created_utc": "2026-01-01T00:00:00"}
+    document = meta.build(tmp, train_state, config, world_size, "dcp", {"torch": "x"})
+    (tmp / layout.METADATA).write_text(json.dumps(document))
+    final = layout.publish(tmp, step)
+    if not ready:
+        (final / layout.READY).unlink()
+    layout.write_latest(root, step)
+    return final
+
+
+def test_metadata_records_what_the_issue_lists(tmp_path):
+    document = meta.read(make_checkpoint(tmp_path, 4))
+    for key in ("format_version", "step", "tokens_seen", "world_size", "strategy", "precision"):
+        assert key in document
+    assert document["config_fingerprint"] == config_mod.fingerprint(run_config())
+    assert set(document["fingerprint_fields"]) == set(config_mod.FINGERPRINT_FIELDS)
+    assert set(document["files"]) == {"payload/shard.bin"}
+    assert len(document["files"]["payload/shard.bin"]["sha256"]) == 64
+
+
+def test_latest_follows_the_pointer(tmp_path):
+    make_checkpoint(tmp_path, 2)
+    newest = make_checkpoint(tmp_path, 4)
+    choice = selection.choose("latest", tmp_path)
+    assert choice.path == newest and choice.reason == "latest names step_00000004"
+
+
+def test_corrupt_pointer_falls_back_to_the_newest_intact_checkpoint(tmp_path):
+    make_checkpoint(tmp_path, 2)
+    newest = make_checkpoint(tmp_path, 4)
+    (tmp_path / layout.LATEST).write_bytes(b"\xff\xfe garbage")
+    choice = selection.choose("latest", tmp_path)
+    assert choice.path == newest
+    assert "no latest pointer" in choice.reason or "corrupt" in choice.reason
+
+
+def test_pointer_to_a_checkpoint_without_ready_is_skipped(tmp_path):
+    older = make_checkpoint(tmp_path, 2)
+    make_checkpoint(tmp_path, 4, ready=False)
+    choice = selection.choose("latest", tmp_path)
+    assert choice.path == older
+    assert "step_00000004" in choice.reason and "not READY" in choice.reason
+
+
+def test_truncated_shard_is_skipped_by_latest_and_refused_when_named(tmp_path):
+    older = make_checkpoint(tmp_path, 2)
+    newest = make_checkpoint(tmp_path, 4)
+    shard = newest / "payload" / "shard.bin"
+    shard.write_bytes(shard.read_bytes()[:100])
+    assert selection.choose("latest", tmp_path).path == older
+    with pytest.raises(meta.CheckpointError, match=r"payload/shard.bin: 100 bytes, expected"):
+        selection.choose(str(newest), tmp_path)
+    with pytest.raises(meta.CheckpointError, match="files do not match"):
+        selection.choose("4", tmp_path)
+
+
+def test_corrupt_metadata_is_a_clear_error(tmp_path):
+    step_dir = make_checkpoint(tmp_path, 2)
+    (step_dir / layout.METADATA).write_text("{not json")
+    with pytest.raises(meta.CheckpointError, match="corrupt metadata"):
+        selection.choose(str(step_dir), tmp_path)
+    choice = selection.choose("latest", tmp_path)
+    assert choice.path is None and "starting at step 0" in choice.reason
+
+
+def test_resume_latest_without_checkpoints_starts_from_zero(tmp_path):
+    choice = selection.choose("latest", tmp_path)
+    assert choice.path is None and "no latest pointer" in choice.reason
+
+
+def test_an_existing_step_directory_is_never_overwritten(tmp_path):
+    make_checkpoint(tmp_path, 2)
+    tmp = tmp_path / layout.temporary_name(2)
+    tmp.mkdir()
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        layout.publish(tmp, 2)
+    assert tmp.exists()
+
+
+def test_pruning_keeps_the_newest_ready_and_ignores_temporary_directories(tmp_path):
+    for step in (2, 4, 6):
+        make_checkpoint(tmp_path, step)
+    abandoned = [tmp_path / layout.temporary_name(s) for s in (8, 10)]
+    for path in abandoned:
+        path.mkdir()
+    removed = layout.prune(tmp_path, keep_last=2)
+    assert [p.name for p in removed] == ["step_00000002"]
+    assert [e.step for e in layout.published(tmp_path)] == [4, 6]
+    assert all(path.exists() for path in abandoned)
+    assert [p.name for p in layout.prune(tmp_path, keep_last=1)] == ["step_00000004"]
+    assert [e.step for e in layout.published(tmp_path)] == [6]
+    assert layout.prune(tmp_path, keep_last=0) == []
+    assert sorted(p.name for p in layout.clean(tmp_path)) == sorted(p.name for p in abandoned)
+    assert [e.step for e in layout.scan(tmp_path)] == [6]
+
+
+def test_compatibility_diff_names_each_field(tmp_path):
+    document = meta.read(make_checkpoint(tmp_path, 2))
+    other = config_mod.resolve(flags={"preset": "tiny", "model": {"d_model": 64}})
+    refusals, _ = meta.differences(document, other, 4, reshard_refusal="cannot reshard")
+    assert "model.d_model: checkpoint 32, run 64" in refusals
+    assert "world_size: checkpoint 2, run 4 (cannot reshard)" in refusals
+    with pytest.raises(meta.CheckpointError, match=r"does not match this run: model.d_model"):
+        meta.check_compatible(tmp_path / "step_00000002", document, other, 2, None)
+
+
+def test_steps_cadence_and_lr_may_differ(tmp_path):
+    document = meta.read(make_checkpoint(tmp_path, 2))
+    changed = config_mod.resolve(
+        flags={"preset": "tiny", "training": {"steps": 20, "lr": 1e-3}, "output": "elsewhere.json"}
+    )
+    refusals, allowed = meta.differences(document, changed, 4, reshard_refusal=None)
+    assert refusals == []
+    assert allowed == [
+        "world_size: checkpoint 2, run 4",
+        "training.lr: checkpoint 0.0003, run 0.001",
+    ]
