@@ -2,8 +2,9 @@
 
 Registration hooks receive a ``register`` callback (or the click group) so
 core can validate each item, reject duplicate names and remember which plugin
-provided it. Observer hooks are called on every rank (``mtb_run_end`` on rank 0,
-which holds the assembled result); check ``context.rank`` to act on one rank.
+provided it. Observer hooks are called on every rank (``mtb_run_end`` and
+``mtb_checkpoint_saved`` on rank 0, which holds the assembled result and
+publishes checkpoints); check ``context.rank`` to act on one rank.
 """
 
 import pluggy
@@ -26,9 +27,10 @@ def mtb_register_strategies(register):
 def mtb_register_checkpoint_backends(register):
     """Register checkpoint backends.
 
-    Call ``register(backend)`` with an object that has a ``name`` and writes
-    and reads one step's payload inside a directory that core's checkpoint
-    lifecycle hands it.
+    Call ``register(backend)`` with a
+    :class:`mtb.checkpoint.backend.CheckpointBackend`: it writes and reads one
+    step's model and optimizer payload inside a directory that core's
+    checkpoint lifecycle hands it.
     """
 
 
@@ -79,7 +81,11 @@ def mtb_step_end(context, metrics):
 
 @hookspec
 def mtb_checkpoint_saved(context, checkpoint):
-    """A checkpoint was published; ``checkpoint`` describes its path and step."""
+    """A checkpoint was published; ``checkpoint`` is its SaveRecord (step, path, bytes).
+
+    Called on rank 0, which publishes; with async saves on the background
+    writer thread.
+    """
 
 
 @hookspec
