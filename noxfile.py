@@ -133,7 +133,7 @@ def plugin_example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks with every package installed: results/bench.json, results/strategies.json.
+    """Benchmarks with every package installed: results/bench.json, strategies, checkpoint, comm.
 
     Arguments after ``--`` go to bench.py (harness overhead and start-up).
     """
@@ -143,4 +143,5 @@ def bench(session: nox.Session) -> None:
     (ROOT / "results").mkdir(exist_ok=True)
     session.run("python", "benchmarks/bench.py", "--output", "results/bench.json", *session.posargs)
     session.run("python", "benchmarks/strategies.py", "--output", "results/strategies.json")
+    session.run("python", "benchmarks/checkpoint.py", "--output", "results/checkpoint.json")
     session.run("python", "benchmarks/comm.py", "--output", "results/comm-bench.json")
