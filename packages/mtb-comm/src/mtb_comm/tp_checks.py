@@ -100,9 +100,9 @@ def _named_grads(case: str, module) -> dict:
     return {prefix + n.removeprefix("mlp."): p.grad for n, p in module.named_parameters()}
 
 
-def run_case(case: str, dtype_name: str, config, rank: int, world: int) -> dict:
+def run_case(case: str, dtype_name: str, config, rank: int, world: int, device) -> dict:
     """Raw errors of one case on this rank: {tensor: (max abs error, max |reference|)}."""
-    w = make_weights(config, getattr(torch, dtype_name))
+    w = {k: v.to(device) for k, v in make_weights(config, getattr(torch, dtype_name)).items()}
     ref_out, ref_grads = _reference(case, w)
     tally = tp_comm.Collectives()
     index = (rank + 1) % world if config.inject_wrong_shard else rank
@@ -127,7 +127,7 @@ def run_case(case: str, dtype_name: str, config, rank: int, world: int) -> dict:
 
 def measure(context, config) -> list[dict]:
     return [
-        run_case(case, dtype, config, context.rank, context.world_size)
+        run_case(case, dtype, config, context.rank, context.world_size, context.device)
         for case in CASES[config.check]
         for dtype in config.dtypes
     ]
