@@ -10,6 +10,7 @@ the previous save is awaited before the next one and before the run ends.
 
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -135,10 +136,26 @@ class Checkpointer:
         self.final_wait_s = 0.0
         self.group = None
         self.executor = None
+        self.abandoned = self.report_abandoned()
         if self.settings.async_save and self.directory is not None:
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtb-ckpt")
             if context.distributed:
                 self.group = dist.new_group(backend="gloo")
+
+    def report_abandoned(self) -> list[str]:
+        """Temporary directories left by interrupted saves: listed, never counted or resumed."""
+        if self.directory is None:
+            return []
+        found = [str(e.path) for e in layout.abandoned(self.directory)]
+        if found and self.context.is_main:
+            print(
+                f"mtb: {len(found)} abandoned temporary checkpoint director"
+                f"{'y' if len(found) == 1 else 'ies'} in {self.directory} (never resumed; "
+                f"remove with `mtb checkpoint clean {self.directory}`)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return found
 
     # -- resume ---------------------------------------------------------------------------
 
@@ -292,6 +309,7 @@ class Checkpointer:
             "directory": str(self.directory) if self.directory else None,
             "backend": self.backend.name,
             "async_save": self.settings.async_save,
+            "abandoned": self.abandoned,
             "saves": [attrs.asdict(s) for s in self.saves],
             "blocked_s_total": sum(s.blocked_s for s in self.saves) + self.final_wait_s,
             "final_wait_s": self.final_wait_s,
