@@ -5,7 +5,6 @@ modules alike, so a checkpoint reshards: DCP reads whatever slice each rank
 of the loading run needs.
 """
 
-import contextlib
 import warnings
 from pathlib import Path
 
@@ -15,12 +14,9 @@ from mtb.hookspecs import hookimpl
 PAYLOAD = "dcp"
 
 
-@contextlib.contextmanager
-def _quiet_single_process():
-    """DCP warns that it assumes one process when there is no process group: that is intended."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        yield
+# Without a process group DCP warns that it assumes one process: that is what we
+# intend. A filter, not a context manager: async saves warn on DCP's own thread.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 def _state(engine) -> dict:
@@ -42,10 +38,8 @@ class DcpBackend(CheckpointBackend):
 
         target = str(directory / PAYLOAD)
         if asynchronous:
-            with _quiet_single_process():
-                return dcp.async_save(_state(engine), checkpoint_id=target, process_group=group)
-        with _quiet_single_process():
-            dcp.save(_state(engine), checkpoint_id=target)
+            return dcp.async_save(_state(engine), checkpoint_id=target, process_group=group)
+        dcp.save(_state(engine), checkpoint_id=target)
         return None
 
     def load(self, engine, directory: Path, context) -> None:
@@ -53,8 +47,7 @@ class DcpBackend(CheckpointBackend):
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         state = _state(engine)
-        with _quiet_single_process():
-            dcp.load(state, checkpoint_id=str(directory / PAYLOAD))
+        dcp.load(state, checkpoint_id=str(directory / PAYLOAD))
         set_state_dict(
             engine.model,
             engine.optimizer,
