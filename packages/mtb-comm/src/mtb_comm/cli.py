@@ -10,7 +10,7 @@ torch is imported only when a command runs.
 import attrs
 import click
 
-from mtb.cli.config_options import SEPARATOR, _option
+from mtb.cli.config_options import SEPARATOR, option_for
 from mtb.config import LaunchConfig
 from mtb_comm import config as cfg
 
@@ -24,7 +24,7 @@ def _options(cls, skip=()):
 
     def decorate(command):
         for section, field in reversed(fields):
-            command = _option(section, field)(command)
+            command = option_for(section, field)(command)
         return command
 
     return decorate

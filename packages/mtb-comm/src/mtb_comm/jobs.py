@@ -13,11 +13,10 @@ import attrs
 
 from mtb import provenance
 from mtb.errors import RunFailed
-from mtb.launcher import LaunchTimeout
+from mtb.launcher import LaunchTimeout, run_function
 from mtb.results import failure_status
 from mtb.worker import plugin_list, write_result
 from mtb_comm import results
-from mtb_comm.launch import run_on_ranks
 from mtb_comm.worker import for_measure
 
 WIDTH = 110  # the tables' natural width, kept when stdout is not a terminal
@@ -63,7 +62,7 @@ def execute(kind: str, spec, pm, measure, build, render) -> dict | None:
 
     started = provenance.utc_now()
     try:
-        returned = run_on_ranks(for_measure(measure), spec)
+        returned = run_function(spec.launch, for_measure(measure), spec)
     except LaunchTimeout as error:
         raise _fail(kind, spec, pm, started, "timeout", str(error)) from None
     except RunFailed as error:

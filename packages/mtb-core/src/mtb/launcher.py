@@ -87,11 +87,11 @@ def _quiet_elastic_logs() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _elastic_config(config, log_dir: str):
+def _elastic_config(launch, log_dir: str):
+    """torch's elastic LaunchConfig from our ``[launch]`` settings."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
-    launch = config.launch
     endpoint = launch.rdzv_endpoint or f"127.0.0.1:{_free_port()}"
     return LaunchConfig(
         min_nodes=launch.nnodes,
@@ -117,25 +117,64 @@ def _failure_message(error) -> str:
     return f"rank {rank} failed: {message.splitlines()[0]}"
 
 
-def spawn(config, module: str = "mtb.worker", *args: str) -> None:
-    """Run ``python -m MODULE CONFIG.json ARGS`` workers through torch's elastic launch API."""
+def _elastic(launch, entrypoint, *args) -> dict:
+    """Start ``entrypoint(*args)`` on every rank under the deadline; rank -> return value.
+
+    As torchrun does, workers get OMP_NUM_THREADS = cores / processes unless
+    the user set it; a failed worker becomes one RunFailed line naming its rank.
+    """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
     os.environ.setdefault(provenance.COMMAND_LINE_VARIABLE, provenance.command_line())
-    # as torchrun does, keep workers from oversubscribing the cores (unless the user chose)
-    threads = max(1, (os.cpu_count() or 1) // config.launch.nproc_per_node)
+    threads = max(1, (os.cpu_count() or 1) // launch.nproc_per_node)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
-        config_path = Path(tmp) / "config.json"
-        config_path.write_text(json.dumps(config_mod.to_dict(config)))
-        launch_config = _elastic_config(config, str(Path(tmp) / "logs"))
+        launch_config = _elastic_config(launch, str(Path(tmp) / "logs"))
         _quiet_elastic_logs()
         try:
-            with deadline(config.launch.timeout_s):
-                elastic_launch(launch_config, sys.executable)("-m", module, str(config_path), *args)
+            with deadline(launch.timeout_s):
+                return elastic_launch(launch_config, entrypoint)(*args)
         except ChildFailedError as error:
             raise RunFailed(_failure_message(error)) from None
+
+
+def spawn(config, module: str = "mtb.worker", *args: str) -> None:
+    """Run ``python -m MODULE CONFIG.json ARGS`` workers through torch's elastic launch API."""
+    with tempfile.TemporaryDirectory(prefix="mtb-config-") as tmp:
+        config_path = Path(tmp) / "config.json"
+        config_path.write_text(json.dumps(config_mod.to_dict(config)))
+        _elastic(config.launch, sys.executable, "-m", module, str(config_path), *args)
+
+
+def _call_recording_errors(function, *args):
+    """A launched worker: ``function(*args)``, or one line for the agent and exit 1."""
+    from mtb.worker import record_error
+
+    try:
+        return function(*args)
+    except Exception as error:
+        if os.environ.get("MTB_DEBUG"):
+            raise
+        record_error(error)
+        sys.exit(1)
+
+
+def run_function(launch, function, *args):
+    """``function(*args)`` on every rank of ``launch`` (a LaunchConfig); rank 0's return value.
+
+    For commands whose workers are a picklable function rather than a
+    training run: the same elastic launch, rendezvous, deadline, thread
+    defaults and one-line failures as ``mtb run``. Under torchrun the
+    function runs in this process. Raises LaunchTimeout past
+    ``launch.timeout_s`` and RunFailed when a worker fails.
+    """
+    from mtb.distributed import launched_by_torchrun
+
+    if launched_by_torchrun():
+        with deadline(launch.timeout_s):
+            return function(*args)
+    return _elastic(launch, _call_recording_errors, function, *args).get(0)
 
 
 def record_failure(config, pm, status: str, message: str) -> None:

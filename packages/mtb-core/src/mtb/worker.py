@@ -202,7 +202,7 @@ def run(config, pm) -> dict | None:
     return document
 
 
-def _record_error(error: BaseException) -> None:
+def record_error(error: BaseException) -> None:
     """One line on stderr and in torchelastic's error file, for the launcher to report."""
     message = one_line(error)
     print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr)
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         if os.environ.get("MTB_DEBUG"):
             raise
-        _record_error(error)
+        record_error(error)
         return 1
     return 0
 

@@ -114,14 +114,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from mtb.plugins import get_plugin_manager
     from mtb.reporting import write_atomic
-    from mtb.worker import _record_error
+    from mtb.worker import record_error
 
     config_path, out = (argv or sys.argv[1:])[:2]
     try:
         config = config_mod.structure(json.loads(Path(config_path).read_text()))
         digests = digests_of(config, get_plugin_manager())
     except Exception as error:
-        _record_error(error)
+        record_error(error)
         return 1
     if os.environ.get("RANK", "0") == "0":
         write_atomic(out, json.dumps(digests, indent=2) + "\n")

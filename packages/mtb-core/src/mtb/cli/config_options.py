@@ -38,7 +38,8 @@ def _help(field) -> str:
     return f"{meta['help']}  [default: {_shown_default(field)}{unit}]"
 
 
-def _option(section: str | None, field):
+def option_for(section: str | None, field):
+    """The click option of one config field (``section`` None for top-level fields)."""
     meta = field.metadata
     flag = meta.get("flag") or "--" + field.name.replace("_", "-")
     dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
@@ -58,7 +59,7 @@ def config_options(command):
     fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
     fields += [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
     for section, field in reversed(fields):
-        command = _option(section, field)(command)
+        command = option_for(section, field)(command)
     return command
 
 
