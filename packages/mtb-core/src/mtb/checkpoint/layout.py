@@ -19,6 +19,8 @@ from pathlib import Path
 
 import attrs
 
+from mtb.reporting import write_atomic
+
 READY = "READY"
 METADATA = "metadata.json"
 LATEST = "latest"
@@ -102,16 +104,6 @@ def file_digests(step_dir: Path) -> dict[str, dict]:
     }
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary sibling, fsync, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def publish(tmp_dir: Path, step: int) -> Path:
     """Rename a finished temporary directory to its step name, then write READY.
 
@@ -121,7 +113,7 @@ def publish(tmp_dir: Path, step: int) -> Path:
     if final.exists():
         raise FileExistsError(f"{final.name} already exists; a checkpoint is never overwritten")
     os.rename(tmp_dir, final)
-    write_text_atomic(final / READY, "")
+    write_atomic(final / READY, "")
     _fsync_dir(final.parent)
     return final
 
@@ -143,7 +135,7 @@ def read_latest(directory: Path) -> str | None:
 
 
 def write_latest(directory: Path, step: int) -> None:
-    write_text_atomic(directory / LATEST, step_name(step) + "\n")
+    write_atomic(directory / LATEST, step_name(step) + "\n")
 
 
 def prune(directory: Path, keep_last: int) -> list[Path]:

@@ -22,6 +22,7 @@ from mtb import distributed, provenance
 from mtb.checkpoint import layout, selection, state
 from mtb.checkpoint import metadata as meta
 from mtb.errors import UsageError
+from mtb.reporting import write_atomic
 
 
 def restart_count() -> int:
@@ -278,7 +279,7 @@ class Checkpointer:
                 self.backend.name,
                 versions(),
             )
-            layout.write_text_atomic(tmp / layout.METADATA, _json(document))
+            write_atomic(tmp / layout.METADATA, _json(document))
             final = layout.publish(tmp, record.step)
             layout.write_latest(self.directory, record.step)
             layout.prune(self.directory, self.settings.keep_last)

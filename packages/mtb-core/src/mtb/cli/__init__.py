@@ -25,6 +25,7 @@ def make_cli(pm) -> click.Group:
     from mtb.cli.checkpoint_command import checkpoint_group
     from mtb.cli.plugins_command import plugins_command
     from mtb.cli.run_command import build_run_command
+    from mtb.fault.command import fault_group
 
     @click.group(cls=MtbGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(
@@ -40,6 +41,7 @@ def make_cli(pm) -> click.Group:
 
     cli.add_command(build_run_command(pm))
     cli.add_command(plugins_command)
+    cli.add_command(fault_group)
     cli.add_command(checkpoint_group)
     pm.hook.mtb_register_commands(cli=cli)
     return cli
