@@ -129,6 +129,9 @@ def _elastic(launch, entrypoint, *args) -> dict:
     os.environ.setdefault(provenance.COMMAND_LINE_VARIABLE, provenance.command_line())
     threads = max(1, (os.cpu_count() or 1) // launch.nproc_per_node)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    # the shared rendezvous store keeps a failed attempt's keys (no per-attempt prefix), so
+    # restarted gloo workers could read dead peers' addresses: a fresh store per attempt
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
         launch_config = _elastic_config(launch, str(Path(tmp) / "logs"))
         _quiet_elastic_logs()
