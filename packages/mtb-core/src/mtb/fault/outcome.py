@@ -23,10 +23,6 @@ class Outcome:
     def passed(self) -> bool:
         return self.error is None and bool(self.checks) and all(c["ok"] for c in self.checks)
 
-    def failures(self) -> list[str]:
-        failed = [c["check"] for c in self.checks if not c["ok"]]
-        return failed + ([self.error] if self.error else [])
-
     def document(self) -> dict:
         return {
             "name": self.name,

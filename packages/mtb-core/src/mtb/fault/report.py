@@ -12,7 +12,7 @@ from mtb.results import SCHEMA_VERSION
 def document(smoke, outcomes, pm, started: str, seconds: float) -> dict:
     from mtb.worker import plugin_list
 
-    reference = smoke._reference
+    reference = smoke.reference_run
     return {
         "kind": "fault",
         "schema_version": SCHEMA_VERSION,
