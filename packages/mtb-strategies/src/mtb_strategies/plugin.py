@@ -2,12 +2,14 @@
 
 Registers ``ddp`` and ``fsdp`` (torch.distributed) and ``zero1``/``zero2``/
 ``zero3`` (DeepSpeed); the ZeRO strategies register even when DeepSpeed is
-missing, marked unavailable with the install hint. torch and deepspeed are
+missing, marked unavailable with the install hint; and the ``deepspeed``
+checkpoint backend the ZeRO strategies save with. torch and deepspeed are
 imported inside ``Strategy.setup``, never here.
 """
 
 from mtb import hookimpl
 from mtb_strategies.ddp import DDPStrategy
+from mtb_strategies.deepspeed_checkpoint import DeepSpeedBackend
 from mtb_strategies.fsdp import FSDPStrategy
 from mtb_strategies.zero import ZeroStrategy
 
@@ -18,3 +20,8 @@ def mtb_register_strategies(register):
     register(FSDPStrategy())
     for stage in (1, 2, 3):
         register(ZeroStrategy(stage))
+
+
+@hookimpl
+def mtb_register_checkpoint_backends(register):
+    register(DeepSpeedBackend())

@@ -26,6 +26,8 @@ class ZeroStrategy(Strategy):
         3: "DeepSpeed ZeRO-3 (parameters, gradients and optimizer state sharded)",
     }
     requires = ("deepspeed",)
+    #: DeepSpeed saves and loads its own partitions (see deepspeed_checkpoint.py)
+    checkpoint_backend = "deepspeed"
     install_hint = "pip install mtb-strategies[deepspeed]"
     options = (
         StrategyOption(
