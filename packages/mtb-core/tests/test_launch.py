@@ -7,6 +7,7 @@ tests; each subprocess has a timeout and each launch a wall-clock limit.
 import math
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 from conftest import PLUGIN_DIR, TINY, mtb_subprocess, read_json
@@ -51,6 +52,18 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
     doc = read_json(out)
     assert (doc["status"], doc["error"]) == ("failed", last.removeprefix("Error: "))
     assert doc["trials"] == [] and doc["config"]["strategy"] == "test-allreduce"
+
+
+def test_a_rank_killed_by_a_signal_is_blamed_before_its_peers_connection_errors():
+    from mtb.launcher import _root_failure
+
+    def failure(exitcode, timestamp):
+        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp)
+
+    echo_first = {0: failure(1, 100), 1: failure(-9, 101)}
+    assert _root_failure(echo_first) == 1
+    assert _root_failure({0: failure(1, 101), 1: failure(1, 100)}) == 1
+    assert _root_failure({0: failure(1, 100), 1: failure(1, 100)}) == 0
 
 
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):

@@ -109,8 +109,18 @@ def _elastic_config(launch, log_dir: str):
     )
 
 
+def _root_failure(failures: dict) -> int:
+    """The rank to blame: one killed by a signal, else the earliest to fail.
+
+    Timestamps are whole seconds, so when one rank is killed its peers'
+    connection errors often tie with it; a signal is never a peer's echo.
+    """
+    return min(failures, key=lambda r: (failures[r].exitcode >= 0, failures[r].timestamp, r))
+
+
 def _failure_message(error) -> str:
-    rank, failure = error.get_first_failure()
+    rank = _root_failure(error.failures)
+    failure = error.failures[rank]
     message = failure.message or ""
     if not message or message.startswith("To enable traceback"):
         message = f"exit code {failure.exitcode}"
