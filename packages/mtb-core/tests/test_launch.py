@@ -54,7 +54,7 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
     assert doc["trials"] == [] and doc["config"]["strategy"] == "test-allreduce"
 
 
-def test_a_rank_killed_by_a_signal_is_blamed_before_its_peers_connection_errors():
+def test_a_killed_rank_is_blamed_before_peers_that_failed_or_were_stopped():
     from mtb.launcher import _root_failure
 
     def failure(exitcode, timestamp):
@@ -64,6 +64,7 @@ def test_a_rank_killed_by_a_signal_is_blamed_before_its_peers_connection_errors(
     assert _root_failure(echo_first) == 1
     assert _root_failure({0: failure(1, 101), 1: failure(1, 100)}) == 1
     assert _root_failure({0: failure(1, 100), 1: failure(1, 100)}) == 0
+    assert _root_failure({0: failure(-15, 100), 1: failure(1, 101)}) == 1  # agent's SIGTERM
 
 
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):

@@ -109,13 +109,21 @@ def _elastic_config(launch, log_dir: str):
     )
 
 
+def _blame_order(failure) -> int:
+    """0: killed by a signal; 1: exited with an error; 2: SIGTERM, the agent stopping peers."""
+    if failure.exitcode == -signal.SIGTERM:
+        return 2
+    return 0 if failure.exitcode < 0 else 1
+
+
 def _root_failure(failures: dict) -> int:
-    """The rank to blame: one killed by a signal, else the earliest to fail.
+    """The rank to blame: the earliest of the most causal kind of failure.
 
     Timestamps are whole seconds, so when one rank is killed its peers'
-    connection errors often tie with it; a signal is never a peer's echo.
+    connection errors often tie with it; a kill is never a peer's echo, and
+    SIGTERM is what the agent sends the survivors.
     """
-    return min(failures, key=lambda r: (failures[r].exitcode >= 0, failures[r].timestamp, r))
+    return min(failures, key=lambda r: (_blame_order(failures[r]), failures[r].timestamp, r))
 
 
 def _failure_message(error) -> str:

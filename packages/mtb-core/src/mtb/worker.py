@@ -5,6 +5,7 @@ hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
 """
 
 import contextlib
+import faulthandler
 import json
 import os
 import socket
@@ -229,5 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def entry(main) -> None:
+    """Run a launched worker's ``main`` and leave without interpreter shutdown.
+
+    Shutdown runs the C++ destructors of gloo's and the store's threads in no
+    fixed order; a rank that had used DCP then sometimes aborted (``terminate
+    called without an active exception``) after its work was done. A native
+    abort before that still shows where Python was (faulthandler).
+    """
+    faulthandler.enable()
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main)

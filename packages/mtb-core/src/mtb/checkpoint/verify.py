@@ -129,4 +129,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mtb.worker import entry
+
+    entry(main)
