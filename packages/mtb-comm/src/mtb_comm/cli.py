@@ -10,21 +10,19 @@ torch is imported only when a command runs.
 import attrs
 import click
 
-from mtb.cli.config_options import SEPARATOR, option_for
+from mtb.cli.config_options import launch_options, option_for, split_launch
 from mtb.config import LaunchConfig
 from mtb_comm import config as cfg
-
-LAUNCH = "launch"
 
 
 def _options(cls, skip=()):
     """One option per documented field of ``cls`` plus core's launch options."""
-    fields = [(None, f) for f in attrs.fields(cls) if f.metadata.get("help") and f.name not in skip]
-    fields += [(LAUNCH, f) for f in attrs.fields(LaunchConfig)]
+    fields = [f for f in attrs.fields(cls) if f.metadata.get("help") and f.name not in skip]
 
     def decorate(command):
-        for section, field in reversed(fields):
-            command = option_for(section, field)(command)
+        command = launch_options(command)  # listed after the command's own options
+        for field in reversed(fields):
+            command = option_for(None, field)(command)
         return command
 
     return decorate
@@ -32,15 +30,8 @@ def _options(cls, skip=()):
 
 def _build(cls, params: dict, **values):
     """The config from the flags given (None: not given, the default applies)."""
-    launch = {}
-    for name, value in params.items():
-        if value is None:
-            continue
-        if name.startswith(LAUNCH + SEPARATOR):
-            launch[name.split(SEPARATOR, 1)[1]] = value
-        else:
-            values[name] = value
-    return cls(**values, launch=LaunchConfig(**launch))
+    launch, given = split_launch(params)
+    return cls(**values, **given, launch=LaunchConfig(**launch))
 
 
 def _execute(kind: str, spec, measure, build, render):

@@ -190,6 +190,11 @@ class LaunchConfig:
         "", help="rendezvous HOST:PORT", shown_default="a free local port (one node)"
     )
     rdzv_id: str = setting("mtb", help="rendezvous id shared by every node")
+    local_addr: str = setting(
+        "",
+        help="this node's address as its peers reach it (needed when nodes share a hostname)",
+        shown_default="a lookup of the hostname",
+    )
     max_restarts: int = setting(0, help="worker group restarts after a failure", minimum=0)
     timeout_s: float = setting(
         1800.0, help="wall-clock limit of the launch", unit="s", minimum=1, flag="--timeout"
@@ -208,6 +213,11 @@ class LaunchConfig:
             raise ConfigError("launch.node_rank", f"must be < launch.nnodes={self.nnodes}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ConfigError("launch.rdzv_endpoint", "HOST:PORT is required when nnodes > 1")
+        host, _, port = self.rdzv_endpoint.rpartition(":")
+        if self.rdzv_endpoint and not (host and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(
+                "launch.rdzv_endpoint", f"{self.rdzv_endpoint!r} is not HOST:PORT (port 1-65535)"
+            )
 
 
 @attrs.define(kw_only=True)

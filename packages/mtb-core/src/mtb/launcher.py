@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import attrs
@@ -79,6 +80,30 @@ def deadline(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+def wait_for_endpoint(endpoint: str, timeout_s: float) -> None:
+    """Return once something listens at ``endpoint``; RunFailed naming it after ``timeout_s``.
+
+    A node that does not host the rendezvous checks this before torch's
+    rendezvous, whose store client retries inside C++ (deaf to our deadline,
+    a stack trace per retry) for as long as its own timeout.
+    """
+    host, _, port = endpoint.rpartition(":")
+    give_up = time.monotonic() + timeout_s
+    while True:
+        left = give_up - time.monotonic()
+        try:
+            with socket.create_connection((host, int(port)), timeout=max(0.1, min(2.0, left))):
+                return
+        except OSError as error:
+            if time.monotonic() + 0.5 >= give_up:
+                reason = error.strerror or type(error).__name__
+                raise RunFailed(
+                    f"launch.rdzv_endpoint: nothing answered at {endpoint} within "
+                    f"{timeout_s:g} s ({reason}); start node 0 first and check the address"
+                ) from None
+            time.sleep(0.5)
+
+
 def _quiet_elastic_logs() -> None:
     if os.environ.get("MTB_DEBUG"):
         return
@@ -100,7 +125,12 @@ def _elastic_config(launch, log_dir: str):
         run_id=launch.rdzv_id,
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
-        rdzv_configs={"is_host": launch.node_rank == 0, "rank": launch.node_rank},
+        rdzv_configs={
+            "is_host": launch.node_rank == 0,
+            "rank": launch.node_rank,
+            "read_timeout": int(launch.timeout_s),  # the store client's wait, 60 s otherwise
+        },
+        local_addr=launch.local_addr or None,
         rdzv_timeout=int(launch.timeout_s),
         max_restarts=launch.max_restarts,
         monitor_interval=0.1,
@@ -150,6 +180,8 @@ def _elastic(launch, entrypoint, *args) -> dict:
     # the shared rendezvous store keeps a failed attempt's keys (no per-attempt prefix), so
     # restarted gloo workers could read dead peers' addresses: a fresh store per attempt
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if launch.nnodes > 1 and launch.node_rank > 0:
+        wait_for_endpoint(launch.rdzv_endpoint, launch.timeout_s)
     with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
         launch_config = _elastic_config(launch, str(Path(tmp) / "logs"))
         _quiet_elastic_logs()

@@ -107,16 +107,19 @@ def image_info() -> dict:
     return {name: os.environ.get(name) for name in IMAGE_VARIABLES}
 
 
-def collect(plugins: list[dict]) -> dict:
-    """The provenance block of a result document (start and end are added by the caller)."""
+def node() -> dict:
+    """What differs from node to node: code, software, hardware and image of this host."""
     return {
         "git": git_info(),
-        "command": command_line(),
         "python": platform.python_version(),
         **torch_info(),
         "cpu": cpu_info(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
-        "plugins": plugins,
         "image": image_info(),
     }
+
+
+def collect(plugins: list[dict]) -> dict:
+    """The provenance block of a result document (start and end are added by the caller)."""
+    return {"command": command_line(), **node(), "plugins": plugins}

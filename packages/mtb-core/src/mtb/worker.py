@@ -90,7 +90,16 @@ def train(context, pm) -> list:
         return [trainer.run_trial(i, on_step) for i in range(context.config.training.repeat)]
 
 
-def assemble(context, pm, records_by_rank, peaks, started) -> dict:
+def node_provenance(context) -> list[dict]:
+    """Each node's own provenance (from its local rank 0), ordered by node rank."""
+    mine = None
+    if context.local_rank == 0:
+        node_rank = int(os.environ.get("GROUP_RANK", context.config.launch.node_rank))
+        mine = {"node_rank": node_rank, "first_rank": context.rank, **provenance.node()}
+    return [n for n in distributed.gather(context, mine) if n is not None]
+
+
+def assemble(context, pm, records_by_rank, peaks, nodes, started) -> dict:
     """Rank 0: the result document from every rank's records."""
     cfg = context.config
     hostnames = [host for host, _ in peaks]
@@ -113,7 +122,12 @@ def assemble(context, pm, records_by_rank, peaks, started) -> dict:
         for i in range(cfg.training.repeat)
     ]
     plugins = plugin_list(pm)
-    prov = {**provenance.collect(plugins), "start_utc": started, "end_utc": provenance.utc_now()}
+    prov = {
+        **provenance.collect(plugins),
+        "nodes": nodes,
+        "start_utc": started,
+        "end_utc": provenance.utc_now(),
+    }
     environment = {
         "world_size": context.world_size,
         "device": str(context.device.type),
@@ -195,9 +209,10 @@ def run(config, pm) -> dict | None:
     records = train(context, pm)
     records_by_rank = distributed.gather(context, records)
     peaks = distributed.gather(context, (socket.gethostname(), peak))
+    nodes = node_provenance(context)
     document = None
     if context.is_main:
-        document = assemble(context, pm, records_by_rank, peaks, started)
+        document = assemble(context, pm, records_by_rank, peaks, nodes, started)
         report(context, pm, document)
     distributed.teardown(context)
     return document

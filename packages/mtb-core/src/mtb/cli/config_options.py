@@ -10,9 +10,10 @@ import types
 import attrs
 import click
 
-from mtb.config import SECTIONS, RunConfig
+from mtb.config import SECTIONS, LaunchConfig, RunConfig
 
 SEPARATOR = "__"
+LAUNCH = LaunchConfig.SECTION
 
 
 def _base_type(annotation):
@@ -61,6 +62,26 @@ def config_options(command):
     for section, field in reversed(fields):
         command = option_for(section, field)(command)
     return command
+
+
+def launch_options(command):
+    """Decorate a command with core's ``[launch]`` flags, meaning what they mean for mtb run."""
+    for field in reversed(attrs.fields(LaunchConfig)):
+        command = option_for(LAUNCH, field)(command)
+    return command
+
+
+def split_launch(params: dict) -> tuple[dict, dict]:
+    """The flags a user gave, as (``[launch]`` keyword arguments, everything else)."""
+    launch, rest = {}, {}
+    for name, value in params.items():
+        if value is None:
+            continue
+        if name.startswith(LAUNCH + SEPARATOR):
+            launch[name.split(SEPARATOR, 1)[1]] = value
+        else:
+            rest[name] = value
+    return launch, rest
 
 
 def _strategy_option(option):

@@ -1,0 +1,63 @@
+"""``mtb doctor``: diagnose this node (and, with --nnodes, the links between nodes)."""
+
+import datetime as dt
+from pathlib import Path
+
+import click
+
+from mtb.cli.config_options import launch_options, split_launch
+
+# A diagnosis should answer in a minute, not in mtb run's half hour.
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def default_output() -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return str(Path("results") / f"doctor-{stamp}.json")
+
+
+def _launch(params: dict):
+    from mtb.config import LaunchConfig
+
+    launch, _ = split_launch(params)
+    launch.setdefault("timeout_s", DEFAULT_TIMEOUT_S)
+    return LaunchConfig(**launch)
+
+
+@click.command("doctor")
+@click.option("--skip-connectivity", is_flag=True, help="no rendezvous, all_reduce or probe")
+@click.option(
+    "--probe-mib",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="size of the timed all_reduce, MiB",
+)
+@click.option("--output", help="result JSON  [default: results/doctor-<UTC time>.json]")
+@launch_options
+@click.pass_obj
+def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
+    """Check software, hardware, network, variables and connectivity; ok, warn or fail each.
+
+    Every check carries an actionable message. Connectivity launches
+    --nproc-per-node ranks on each of --nnodes nodes through the same
+    rendezvous as mtb run (default --timeout here: 60 s), checks an
+    all_reduce and times one of --probe-mib MiB. Writes one JSON document
+    (kind "doctor") and prints a table; exits 1 when any check fails.
+    """
+    from mtb import provenance
+    from mtb.console import stdout
+    from mtb.doctor import document
+    from mtb.reporting import write_atomic
+    from mtb.worker import plugin_list
+
+    launch = _launch(params)
+    started = provenance.utc_now()
+    checks = document.run_checks(launch, probe_mib * 2**20, skip_connectivity)
+    doc = document.build(checks, launch, plugin_list(pm), started)
+    path = output or default_output()
+    write_atomic(path, pm.registry("reporter").get("json").render([doc]))
+    stdout.print(document.table(doc))
+    click.echo(f"result written to {path}")
+    if doc["verdict"] == "fail":
+        raise SystemExit(1)
