@@ -94,6 +94,13 @@ def install_chromium(session: nox.Session) -> None:
         session.run("apt-get", "install", "-y", "-q", "chromium", external=True)
 
 
+def install_iproute2(session: nox.Session) -> None:
+    """Debian's iproute2 (``ip``) for the two-host network-namespace tests (CI runs as root)."""
+    if shutil.which("ip") is None:
+        session.run("apt-get", "update", "-q", external=True)
+        session.run("apt-get", "install", "-y", "-q", "iproute2", external=True)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole repository (ruff.toml)."""
@@ -113,6 +120,7 @@ def tests(session: nox.Session, combo: str) -> None:
     elif combo == "all":
         install_projects(session, *editable(f"{CORE}[test]", *PACKAGES.values()))
         target = "tests"
+        install_iproute2(session)
     else:
         extras = EXTRAS.get(combo, "test")
         install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[{extras}]"))

@@ -20,6 +20,9 @@ def test_exits_0_with_an_ok_document(comm):
     assert done.returncode == 0, done.stderr
     assert (doc["kind"], doc["status"], doc["error"]) == ("comm", "ok", None)
     assert doc["schema_version"] == 1 and doc["provenance"]["torch"]
+    (node,) = doc["provenance"]["nodes"]  # one node, from its local rank 0
+    assert (node["node_rank"], node["first_rank"]) == (0, 0) and node["torch"]
+    assert "nodes" not in doc["environment"]
     assert doc["environment"]["world_size"] == 2 and doc["environment"]["backend"] == "gloo"
     assert any(p["distribution"] == "mtb-comm" for p in doc["plugins"])
     assert "mtb comm: 2 ranks, cpu / gloo, bfloat16" in done.stdout

@@ -71,9 +71,9 @@ def execute(kind: str, spec, pm, measure, build, render) -> dict | None:
         return None
     environment, per_rank = returned
     fields = build(spec, per_rank)
-    document = results.DOCUMENTS[kind](
-        **_frame(kind, spec, pm, started), environment=environment, **fields
-    )
+    frame = _frame(kind, spec, pm, started)
+    frame["provenance"]["nodes"] = environment.pop("nodes")
+    document = results.DOCUMENTS[kind](**frame, environment=environment, **fields)
     data = results.to_dict(document)
     write_result(pm, data, spec.output)
     console = stdout if stdout.is_terminal else Console(width=WIDTH, highlight=False)

@@ -18,7 +18,11 @@ def _environment(context, hostnames: list[str]) -> dict:
 
 
 def run(spec, measure):
-    """``measure(context, spec)`` on this rank; rank 0 returns (environment, per-rank values)."""
+    """``measure(context, spec)`` on this rank; rank 0 returns (environment, per-rank values).
+
+    The environment carries ``nodes``, each node's provenance, for the document's
+    provenance block.
+    """
     from mtb import distributed
 
     # torch 2.13 points all_gather_into_tensor / reduce_scatter_tensor users to new names
@@ -26,13 +30,16 @@ def run(spec, measure):
     context = distributed.setup(spec)
     if not context.distributed:
         raise RuntimeError("mtb-comm workers need a process group (launch, or torchrun)")
+    from mtb.worker import node_provenance
+
     value = measure(context, spec)
     gathered = distributed.gather(context, (socket.gethostname(), value))
+    nodes = node_provenance(context)
     distributed.teardown(context)
     if not context.is_main:
         return None
     hostnames = [host for host, _ in gathered]
-    return _environment(context, hostnames), [v for _, v in gathered]
+    return {**_environment(context, hostnames), "nodes": nodes}, [v for _, v in gathered]
 
 
 def for_measure(measure):

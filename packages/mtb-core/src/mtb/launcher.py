@@ -272,6 +272,8 @@ def _run(config, pm) -> dict | None:
         with deadline(config.launch.timeout_s):
             return worker.run(config, pm)
     spawn(config)
+    if config.launch.node_rank > 0:
+        return None  # global rank 0, on node 0, wrote the result
     return json.loads(Path(config.output).read_text())
 
 

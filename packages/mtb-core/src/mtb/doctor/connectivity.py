@@ -64,14 +64,16 @@ def measure(context, spec: ProbeSpec) -> dict:
 def rank_side(spec: ProbeSpec) -> dict | None:
     """A launched rank: join, measure, gather to rank 0, leave."""
     from mtb import distributed
+    from mtb.worker import node_provenance
 
     context = distributed.setup(spec)
     if not context.distributed:
         raise RuntimeError("the connectivity probe needs a process group")
     values = distributed.gather(context, measure(context, spec))
+    nodes = node_provenance(context)
     environment = {"world_size": context.world_size, "backend": context.backend}
     distributed.teardown(context)
-    return {**environment, "ranks": values} if context.is_main else None
+    return {**environment, "ranks": values, "nodes": nodes} if context.is_main else None
 
 
 def summarize(gathered: dict, probe_bytes: int, elapsed_s: float) -> Check:
