@@ -145,3 +145,13 @@ def test_a_malformed_endpoint_is_a_usage_error(tmp_path):
     assert done.stderr.strip() == (
         "Error: launch.rdzv_endpoint: 'host-without-port' is not HOST:PORT (port 1-65535)"
     )
+
+
+def test_master_addr_and_port_are_the_endpoint_unless_one_is_given():
+    from mtb.cli.doctor_command import _launch
+
+    environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29400"}
+    assert _launch({}, environ).rdzv_endpoint == "10.1.2.3:29400"
+    assert _launch({"launch__rdzv_endpoint": "h:1"}, environ).rdzv_endpoint == "h:1"
+    assert _launch({}, {"MASTER_ADDR": "10.1.2.3"}).rdzv_endpoint == ""
+    assert _launch({}, {}).timeout_s == 60.0

@@ -1,6 +1,7 @@
 """``mtb doctor``: diagnose this node (and, with --nnodes, the links between nodes)."""
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import click
@@ -16,11 +17,14 @@ def default_output() -> str:
     return str(Path("results") / f"doctor-{stamp}.json")
 
 
-def _launch(params: dict):
+def _launch(params: dict, environ: dict):
+    """The [launch] flags; without --rdzv-endpoint, MASTER_ADDR:MASTER_PORT when both are set."""
     from mtb.config import LaunchConfig
 
     launch, _ = split_launch(params)
     launch.setdefault("timeout_s", DEFAULT_TIMEOUT_S)
+    if "rdzv_endpoint" not in launch and {"MASTER_ADDR", "MASTER_PORT"} <= environ.keys():
+        launch["rdzv_endpoint"] = f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}"
     return LaunchConfig(**launch)
 
 
@@ -41,7 +45,8 @@ def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
 
     Every check carries an actionable message. Connectivity launches
     --nproc-per-node ranks on each of --nnodes nodes through the same
-    rendezvous as mtb run (default --timeout here: 60 s), checks an
+    rendezvous as mtb run (--rdzv-endpoint, else MASTER_ADDR:MASTER_PORT
+    when both are set; default --timeout here: 60 s), checks an
     all_reduce and times one of --probe-mib MiB. Writes one JSON document
     (kind "doctor") and prints a table; exits 1 when any check fails.
     """
@@ -51,7 +56,7 @@ def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
     from mtb.reporting import write_atomic
     from mtb.worker import plugin_list
 
-    launch = _launch(params)
+    launch = _launch(params, dict(os.environ))
     started = provenance.utc_now()
     checks = document.run_checks(launch, probe_mib * 2**20, skip_connectivity)
     doc = document.build(checks, launch, plugin_list(pm), started)
