@@ -315,7 +315,11 @@ class RunConfig:
             field = "save_every" if ckpt.save_every is not None else "resume"
             raise ConfigError(f"checkpoint.{field}", "needs checkpoint.dir (--checkpoint-dir)")
         if ckpt.enabled and self.training.repeat != 1:
-            raise ConfigError("training.repeat", "must be 1 when checkpointing (--checkpoint-dir)")
+            raise ConfigError(
+                "training.repeat",
+                f"{self.training.repeat} must be 1 when checkpointing or resuming "
+                "(trials and resumable runs are different experiments)",
+            )
         if ckpt.inject_kill_at_step is not None and ckpt.inject_kill_rank >= self.launch.world_size:
             raise ConfigError(
                 "checkpoint.inject_kill_rank", f"must be < the world size {self.launch.world_size}"

@@ -23,6 +23,10 @@ from mtb.reporting import write_atomic
 
 READY = "READY"
 METADATA = "metadata.json"
+RNG_DIR = "rng"  # one file per rank, rank_00000.pt ...
+TRAIN_STATE = "train_state.json"
+#: human-readable summaries rendered from metadata.json (English, Chinese); not payload
+SUMMARIES = ("metadata.md", "metadata_zh.md")
 LATEST = "latest"
 STEP_PATTERN = re.compile(r"^step_(\d{8})$")
 TMP_PATTERN = re.compile(r"^step_(\d{8})\.tmp-[0-9a-f]+$")
@@ -87,8 +91,8 @@ def sha256_file(path: Path) -> str:
 
 
 def payload_files(step_dir: Path) -> list[str]:
-    """Every file of a checkpoint but metadata.json and READY, as sorted relative paths."""
-    skip = {METADATA, READY}
+    """Every file of a checkpoint but metadata.json, its summaries and READY, sorted."""
+    skip = {METADATA, READY, *SUMMARIES}
     return sorted(
         str(f.relative_to(step_dir))
         for f in step_dir.rglob("*")

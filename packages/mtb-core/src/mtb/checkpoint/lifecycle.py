@@ -19,7 +19,7 @@ import attrs
 import torch.distributed as dist
 
 from mtb import distributed, provenance
-from mtb.checkpoint import layout, selection, state
+from mtb.checkpoint import layout, selection, state, summary
 from mtb.checkpoint import metadata as meta
 from mtb.errors import UsageError
 from mtb.reporting import write_atomic
@@ -68,6 +68,8 @@ def preflight(config, pm, strategy) -> None:
     directory = Path(config.checkpoint.dir) if config.checkpoint.dir else None
     try:
         choice = selection.choose(config.checkpoint.resume, directory)
+    except meta.NewerFormatError:
+        raise
     except meta.CheckpointError:
         return
     if choice.path is not None:
@@ -88,6 +90,10 @@ class Resumed:
     allowed_changes: list[str]
     #: seconds spent loading model, optimizer, RNG and train state
     load_s: float
+    #: the older checkpoint format it was upgraded from (None: current)
+    upgraded_from: int | None = None
+    #: what the checkpoint could not restore (an upgraded one may lack RNG states)
+    lacks: list[str] = attrs.Factory(list)
 
     def document(self) -> dict:
         return attrs.asdict(self)
@@ -187,7 +193,7 @@ class Checkpointer:
         self.backend.load(engine, choice.path, self.context)
         train_state = state.load_train_state(choice.path)
         same_world = document["world_size"] == world
-        if same_world:
+        if same_world and self.context.rank in document["contents"]["rng_ranks"]:
             state.restore_rng(state.load_rng(choice.path, self.context.rank))
         scaler = train_state.get("grad_scaler")
         if scaler and getattr(engine, "scaler", None) is not None:
@@ -198,10 +204,12 @@ class Checkpointer:
             tokens_seen=train_state["tokens_seen"],
             last_lr=train_state["scheduler"]["last_lr"],
             reason=choice.reason,
-            exact=same_world,
+            exact=same_world and not document["lacks"],
             from_world_size=document["world_size"],
             allowed_changes=allowed,
             load_s=time.perf_counter() - started,
+            upgraded_from=document["upgraded_from"],
+            lacks=document["lacks"],
         )
 
     # -- saving ---------------------------------------------------------------------------
@@ -280,6 +288,7 @@ class Checkpointer:
                 versions(),
             )
             write_atomic(tmp / layout.METADATA, _json(document))
+            summary.write(tmp, document, layout.step_name(record.step))
             final = layout.publish(tmp, record.step)
             layout.write_latest(self.directory, record.step)
             layout.prune(self.directory, self.settings.keep_last)

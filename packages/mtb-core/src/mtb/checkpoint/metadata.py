@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from mtb import config as config_mod
-from mtb.checkpoint import layout
+from mtb.checkpoint import formats, layout
 from mtb.errors import UsageError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = formats.FORMAT_VERSION
 
 #: run settings that must equal the checkpoint's for a resume (world size is checked apart)
 MUST_MATCH = (
@@ -29,9 +29,14 @@ class CheckpointError(UsageError):
     """A checkpoint that cannot be used: missing, incomplete, corrupt or incompatible."""
 
 
+class NewerFormatError(CheckpointError):
+    """Written by a newer mtb: not damage, so ``latest`` refuses instead of skipping it."""
+
+
 def build(step_dir: Path, state: dict, config, world_size: int, backend: str, versions) -> dict:
     """The metadata document of a finished payload in ``step_dir`` (rank 0, all ranks done)."""
     covered = config_mod.fingerprint_fields(config)
+    files = layout.file_digests(step_dir)
     return {
         "format_version": FORMAT_VERSION,
         "step": state["step"],
@@ -45,12 +50,16 @@ def build(step_dir: Path, state: dict, config, world_size: int, backend: str, ve
         "config": config_mod.to_dict(config),
         "versions": versions,
         "created_utc": state["created_utc"],
-        "files": layout.file_digests(step_dir),
+        "contents": formats.contents(files, world_size, backend),
+        "files": files,
     }
 
 
 def read(step_dir: Path) -> dict:
-    """metadata.json of ``step_dir``, or a CheckpointError saying what is wrong with it."""
+    """metadata.json of ``step_dir`` in the current format, or a CheckpointError saying why not.
+
+    An older format is upgraded in memory; ``upgraded_from`` then names it.
+    """
     path = step_dir / layout.METADATA
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -58,12 +67,13 @@ def read(step_dir: Path) -> dict:
         raise CheckpointError(f"{step_dir}: no {layout.METADATA} (incomplete checkpoint)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path}: corrupt metadata ({error})") from None
-    if not isinstance(document, dict) or document.get("format_version") != FORMAT_VERSION:
-        version = document.get("format_version") if isinstance(document, dict) else None
-        raise CheckpointError(
-            f"{path}: format_version {version!r} is not supported; this mtb reads {FORMAT_VERSION}"
-        )
-    return document
+    version = document.get("format_version") if isinstance(document, dict) else None
+    problem = formats.problem(version)
+    if problem:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise (NewerFormatError if newer else CheckpointError)(f"{path}: {problem}")
+    document, upgraded_from = formats.upgrade(document)
+    return {**document, "upgraded_from": upgraded_from, "lacks": formats.lacking(document)}
 
 
 def file_problems(step_dir: Path, document: dict) -> list[str]:

@@ -4,7 +4,8 @@
 names a checkpoint that is not READY or whose files do not match its
 metadata, the newest intact READY checkpoint is used instead and the reason
 is said. An explicit step or path is used as given and fails loudly when it
-is not intact.
+is not intact. A checkpoint written in a newer format than this mtb reads is
+refused, never skipped.
 """
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from mtb.checkpoint import layout
-from mtb.checkpoint.metadata import CheckpointError, check_intact
+from mtb.checkpoint.metadata import CheckpointError, NewerFormatError, check_intact
 
 
 @attrs.frozen
@@ -33,6 +34,8 @@ def _pointer_problem(directory: Path) -> tuple[Path | None, str | None]:
         return None, f"latest pointer is corrupt ({name[:40]!r})"
     try:
         check_intact(directory / name)
+    except NewerFormatError:
+        raise
     except CheckpointError as error:
         return None, f"latest names {name}, which is unusable: {error}"
     return directory / name, None
@@ -44,6 +47,8 @@ def newest_intact(directory: Path) -> tuple[Path | None, list[str]]:
     for entry in reversed(layout.published(directory)):
         try:
             check_intact(entry.path)
+        except NewerFormatError:
+            raise
         except CheckpointError as error:
             skipped.append(str(error))
             continue

@@ -5,6 +5,7 @@ so the training loop reads the same either way.
 """
 
 from mtb.checkpoint import state
+from mtb.checkpoint.formats import FORMAT_VERSION
 from mtb.checkpoint.lifecycle import Checkpointer, backend_for
 
 
@@ -74,7 +75,13 @@ def announce(resumed) -> None:
     """One line on stderr: which checkpoint, why, and whether the continuation is exact."""
     import sys
 
-    exact = "exact" if resumed.exact else "not exact: world size changed, data order differs"
+    exact = "exact"
+    if resumed.lacks:
+        exact = f"not exact: the checkpoint lacks {', '.join(resumed.lacks)}"
+    elif not resumed.exact:
+        exact = "not exact: world size changed, data order differs"
+    if resumed.upgraded_from is not None:
+        exact = f"format {resumed.upgraded_from} upgraded to {FORMAT_VERSION}; {exact}"
     changes = f"; changed: {', '.join(resumed.allowed_changes)}" if resumed.allowed_changes else ""
     print(
         f"mtb: resuming at step {resumed.step} from {resumed.path} ({resumed.reason}; {exact}"

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-RNG_DIR = "rng"
-TRAIN_STATE = "train_state.json"
+from mtb.checkpoint.layout import RNG_DIR, TRAIN_STATE
 
 
 def rng_path(step_dir: Path, rank: int) -> Path:

@@ -1,0 +1,73 @@
+"""Checkpoint format versions: what each one holds, and the upgrade of older ones.
+
+Version 1 did not say what a checkpoint contains; version 2 lists it in
+``contents`` (payload backend, train state, the ranks whose RNG states were
+saved). Reading an older checkpoint goes through :func:`upgrade`, one
+version at a time, in memory: the files on disk are never rewritten. What an
+upgraded checkpoint lacks (RNG states, for example) is listed, and a resume
+from it is not exact. A newer format than this mtb knows is refused.
+"""
+
+from pathlib import Path
+
+from mtb.checkpoint.layout import RNG_DIR, TRAIN_STATE
+
+FORMAT_VERSION = 2
+OLDEST = 1
+
+
+def contents(files: dict, world_size: int, backend: str) -> dict:
+    """What a checkpoint holds, from the names of its files."""
+    rng = sorted(
+        int(Path(name).stem.removeprefix("rank_"))
+        for name in files
+        if Path(name).parent.name == RNG_DIR
+    )
+    return {
+        "payload": backend,
+        "train_state": TRAIN_STATE in files,
+        "rng_ranks": rng,
+        "world_size": world_size,
+    }
+
+
+def lacking(document: dict) -> list[str]:
+    """What a resume from this checkpoint cannot restore (empty: everything)."""
+    held = document["contents"]
+    missing = sorted(set(range(document["world_size"])) - set(held["rng_ranks"]))
+    lacks = []
+    if missing:
+        lacks.append(f"RNG state of rank(s) {', '.join(map(str, missing))}")
+    if not held["train_state"]:
+        lacks.append("train state")
+    return lacks
+
+
+def _from_1(document: dict) -> dict:
+    """1 -> 2: derive ``contents`` from the files metadata.json lists."""
+    held = contents(document.get("files", {}), document["world_size"], document["backend"])
+    return {**document, "format_version": 2, "contents": held}
+
+
+UPGRADES = {1: _from_1}
+
+
+def problem(version) -> str | None:
+    """Why a checkpoint of ``version`` cannot be read by this mtb, or None."""
+    if isinstance(version, int) and not isinstance(version, bool):
+        if version > FORMAT_VERSION:
+            return (
+                f"format_version {version} is newer than this mtb reads (up to "
+                f"{FORMAT_VERSION}); load it with the mtb release that wrote it or a newer one"
+            )
+        if version >= OLDEST:
+            return None
+    return f"format_version {version!r} is not a checkpoint format ({OLDEST} to {FORMAT_VERSION})"
+
+
+def upgrade(document: dict) -> tuple[dict, int | None]:
+    """The document in the current format, and the version it was upgraded from (or None)."""
+    found = document["format_version"]
+    while document["format_version"] < FORMAT_VERSION:
+        document = UPGRADES[document["format_version"]](document)
+    return document, (found if found != FORMAT_VERSION else None)
