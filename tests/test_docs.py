@@ -37,6 +37,22 @@ def test_every_hookspec_has_a_docstring_and_a_section_in_the_guide():
         assert f"`{name}`" in guide, f"{name} is missing from docs/plugin-authors.md"
 
 
+def guide_section(guide: str, name: str) -> str:
+    start = guide.index(f"### `{name}`")
+    end = guide.find("\n## ", start)
+    following = guide.find("\n### ", start + 1)
+    ends = [e for e in (end, following) if e != -1]
+    return guide[start : min(ends) if ends else len(guide)]
+
+
+def test_every_hookspec_argument_is_named_in_its_section_of_the_guide():
+    guide = (ROOT / "docs" / "plugin-authors.md").read_text()
+    for name in hook_names():
+        section = guide_section(guide, name)
+        for argument in inspect.signature(getattr(hookspecs, name)).parameters:
+            assert f"`{argument}" in section, f"{name}: argument {argument} is not described"
+
+
 def test_every_command_of_the_installed_cli_is_documented():
     docs = (ROOT / "docs" / "cli.md").read_text()
     cli = make_cli(build_plugin_manager())
@@ -46,3 +62,12 @@ def test_every_command_of_the_installed_cli_is_documented():
         for part in path.split()[1:]:
             command = command.commands[part]
         assert command.help, f"{path} has no help text"
+
+
+def test_the_cli_reference_is_generated_from_the_installed_commands():
+    from mtb.cli.reference import render
+
+    page = (ROOT / "docs" / "cli-reference.md").read_text()
+    assert page == render(make_cli(build_plugin_manager())), (
+        "docs/cli-reference.md is stale: python -m mtb.cli.reference > docs/cli-reference.md"
+    )
