@@ -6,9 +6,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_block(marker: str) -> str:
-    """The fenced block that follows ``<!-- marker -->`` in README.md."""
-    text = (ROOT / "README.md").read_text()
+def readme_block(marker: str, readme: str = "README.md") -> str:
+    """The fenced block that follows ``<!-- marker -->`` in README.md (or another readme)."""
+    text = (ROOT / readme).read_text()
     match = re.search(rf"<!-- {marker} -->\s*```bash\n(.*?)```", text, re.S)
-    assert match, f"README.md has no block marked {marker}"
+    assert match, f"{readme} has no block marked {marker}"
     return match.group(1)

@@ -56,3 +56,8 @@ def test_ci_runs_exactly_the_test_suite_command():
         if line.strip() and not line.startswith(("#", "set ", "cd "))
     ]
     assert ci == suite
+
+
+def test_the_chinese_quickstart_gives_the_same_two_commands():
+    for marker in ("main-job", "test-suite"):
+        assert readme_block(marker, "README.zh-CN.md") == readme_block(marker)
