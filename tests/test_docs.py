@@ -71,3 +71,21 @@ def test_the_cli_reference_is_generated_from_the_installed_commands():
     assert page == render(make_cli(build_plugin_manager())), (
         "docs/cli-reference.md is stale: python -m mtb.cli.reference > docs/cli-reference.md"
     )
+
+
+#: concept notes and the commands that demonstrate them (a plugin's command only when installed)
+CONCEPT_NOTES = {
+    "tp": "docs/parallelism.md",
+    "moe": "docs/moe.md",
+    "doctor": "docs/multi-node.md",
+    "megatron": "docs/parallelism.md",
+}
+
+
+def test_concept_notes_exist_and_their_commands_link_them():
+    cli = make_cli(build_plugin_manager())
+    for name, note in CONCEPT_NOTES.items():
+        assert (ROOT / note).is_file(), note
+        if name in cli.commands:
+            assert note in cli.commands[name].help, f"mtb {name} --help does not name {note}"
+    assert set(CONCEPT_NOTES) - {"megatron"} <= set(cli.commands)

@@ -77,7 +77,10 @@ def comm_command(operations, sizes, **params):
 
 @click.group("tp")
 def tp_group():
-    """Tensor- and sequence-parallel layers checked against a single-device reference."""
+    """Tensor- and sequence-parallel layers checked against a single-device reference.
+
+    What TP, SP and PP split and why: docs/parallelism.md.
+    """
 
 
 def _tp_command(check: str, summary: str):
@@ -121,7 +124,10 @@ for _check in cfg.TP_CHECKS:
 
 @click.group("moe")
 def moe_group():
-    """Mixture-of-experts routing and expert-parallel all_to_all dispatch."""
+    """Mixture-of-experts routing and expert-parallel all_to_all dispatch.
+
+    Dispatch, combine, capacity and imbalance explained: docs/moe.md.
+    """
 
 
 @moe_group.command("route")

@@ -49,6 +49,7 @@ def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
     when both are set; default --timeout here: 60 s), checks an
     all_reduce and times one of --probe-mib MiB. Writes one JSON document
     (kind "doctor") and prints a table; exits 1 when any check fails.
+    Diagnosing several nodes, NCCL and gloo: docs/multi-node.md.
     """
     from mtb import provenance
     from mtb.console import stdout
