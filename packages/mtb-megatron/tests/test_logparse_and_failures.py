@@ -46,7 +46,7 @@ def streams(stderr: list[str], stdout: list[str] = ()) -> dict:
     [
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "oom"),
         ("RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried", "oom"),
-        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp", "communication"),
+        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL", "communication"),
         ("[rank1]:[E] Watchdog caught collective operation timeout: WorkNCCL(5)", "communication"),
         ("RuntimeError: Rank 0: found NaN in local grad norm in backward pass", "nan"),
         ("ModuleNotFoundError: No module named 'transformer_engine'", "import"),

@@ -1,0 +1,41 @@
+"""Bad input: one line naming the field, exit 2, nothing launched (in-process CLI)."""
+
+import pytest
+from click.testing import CliRunner
+
+COMMON = ["--megatron-ref", "v0.1-fake"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--topology", "2"], "topology: '2' is not TPxPP"),
+        (["matrix", "--topologies", "4x1", "--nproc-per-node", "2"],
+         "topologies: 4x1 needs TP x PP = 4"),
+        (["run", "--topology", "1x1", "--global-batch-size", "3", "--nproc-per-node", "2"],
+         "global_batch_size: 3 must be divisible by micro_batch_size x DP = 1 x 2"),
+        (["run", "--topology", "1x2", "--num-layers", "3", "--nproc-per-node", "2"],
+         "num_layers: 3 must be divisible by PP=2"),
+        (["run", "--hidden-size", "100"],
+         "hidden_size: 100 must be divisible by num_attention_heads=12"),
+        (["run", "--log-interval", "60"], "log_interval: must be <= train_iters=50"),
+        (["run", "--repeats", "0"], "repeats: must be >= 1, got 0"),
+        (["run", "--nproc-per-node", "0"], "launch.nproc_per_node: must be >= 1"),
+        (["run", "--evidence", "performance"], "repeats: performance evidence needs at least 3"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(cli, checkout, args, message):
+    where = ["--megatron-dir", str(checkout["path"])]
+    result = CliRunner().invoke(cli, ["megatron", *args, *where, *COMMON])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {message}"), result.output
+    assert "Traceback" not in result.output
+
+
+def test_every_command_has_help(cli):
+    for path in (["run"], ["matrix"], ["topology"]):
+        result = CliRunner().invoke(cli, ["megatron", *path, "--help"])
+        assert result.exit_code == 0 and "--timeout" in result.output, result.output
+    result = CliRunner().invoke(cli, ["megatron", "matrix", "--help"])
+    assert "--megatron-ref" in result.output and "--dry-run" in result.output

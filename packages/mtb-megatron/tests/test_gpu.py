@@ -1,0 +1,40 @@
+"""Without a GPU: NVML answers are skipped with the reason, and the GPU check refuses cleanly."""
+
+import subprocess
+import sys
+
+import pytest
+
+from mtb_megatron import gpu
+
+
+def test_on_cpu_exclusivity_and_memory_are_skipped_with_the_reason():
+    module, reason = gpu.nvml()
+    if module is not None:
+        pytest.skip("NVML sees a GPU here")
+    assert reason
+    assert gpu.exclusivity([0]) == {"status": "skipped", "reason": reason, "exclusive": None}
+    with gpu.MemorySampler([0], 0.05) as sampler:
+        pass
+    assert sampler.result() == {"status": "skipped", "reason": reason}
+
+
+def test_launch_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,7")
+    assert gpu.launch_gpus(2) == [3, 5]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu.launch_gpus(2) == [0, 1]
+
+
+def test_gpu_check_script_refuses_without_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: run the script itself")
+    done = subprocess.run(
+        [sys.executable, "-m", "mtb_megatron.gpu_check"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "Error: the GPU check needs a CUDA GPU (megatron-core's GPTModel needs CUDA)"
+    )
