@@ -39,3 +39,14 @@ def test_every_command_has_help(cli):
         assert result.exit_code == 0 and "--timeout" in result.output, result.output
     result = CliRunner().invoke(cli, ["megatron", "matrix", "--help"])
     assert "--megatron-ref" in result.output and "--dry-run" in result.output
+
+
+def test_topology_check_without_megatron_core_is_one_line(cli, monkeypatch):
+    from mtb_megatron import topology_check
+
+    monkeypatch.setattr(topology_check, "_megatron_core_installed", lambda: False)
+    result = CliRunner().invoke(cli, ["megatron", "topology", "--world-size", "2"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "Error: megatron-core is not installed: pip install 'mtb-megatron[megatron-core]'"
+    )

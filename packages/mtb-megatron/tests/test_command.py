@@ -98,3 +98,12 @@ def test_dry_run_prints_every_command_and_runs_nothing(cli, checkout, tmp_path):
         assert f"--nproc-per-node 2 {script} --tensor-model-parallel-size {tp} " in line
         assert f"--pipeline-model-parallel-size {pp} " in line
     assert not out.exists()
+
+
+def test_matrix_defaults_to_every_topology_that_fits(cli, checkout):
+    args = ["megatron", "matrix", "--nproc-per-node", "4", "--num-layers", "2", "--dry-run"]
+    args += ["--megatron-dir", str(checkout["path"]), "--megatron-ref", "v0.1-fake"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    names = [line.split(":")[0][2:] for line in result.output.splitlines() if line.startswith("#")]
+    assert names == ["1x1", "1x2", "2x1", "2x2", "4x1"]  # 1x4: 2 layers over 4 stages

@@ -157,18 +157,32 @@ def run_command(topology, dry_run, **params):
     "--topologies",
     default=None,
     help="comma-separated TPxPP list, e.g. 1x1,2x1,4x1,2x2,1x4  "
-    "[default: every TPxPP that divides the world size]",
+    "[default: every TPxPP that divides the world size and fits the model and batches]",
 )
 @DRY_RUN
 @_options(cfg.MegatronConfig, RUN_LAUNCH)
 def matrix_command(topologies, dry_run, **params):
     if topologies is None:
         launch = _split(params)[1]
-        chosen = all_topologies(launch.nproc_per_node * launch.nnodes)
+        chosen = _fitting(params, all_topologies(launch.nproc_per_node * launch.nnodes))
     else:
         chosen = parse_topologies(topologies)
     config = _build(cfg.MegatronConfig, params, topologies=chosen)
     _benchmark(config, "matrix", dry_run)
+
+
+def _fitting(params: dict, candidates: list) -> list:
+    """The candidates whose DP, layers and heads the model and batches allow (else all)."""
+    from mtb.errors import ConfigError
+
+    def fits(topology) -> bool:
+        try:
+            _build(cfg.MegatronConfig, params, topologies=[topology])
+        except ConfigError:
+            return False
+        return True
+
+    return [t for t in candidates if fits(t)] or candidates
 
 
 @megatron_group.command("topology")
@@ -191,9 +205,9 @@ def topology_command(topologies, **params):
     from mtb.worker import plugin_list
     from mtb_megatron import tables, topology_check
 
-    world = params.get("world_size") or 8
-    chosen = all_topologies(world) if topologies is None else parse_topologies(topologies)
-    config = _with_output(_build(cfg.TopologyCheckConfig, params, topologies=chosen))
+    config = _build(cfg.TopologyCheckConfig, params)
+    chosen = parse_topologies(topologies) if topologies else all_topologies(config.world_size)
+    config = _with_output(attrs.evolve(config, topologies=chosen))
     pm = _plugin_manager()
     document = topology_check.execute(config, plugin_list(pm))
     _write(pm, document, config.output)

@@ -82,9 +82,18 @@ def list_or(value):
     return sorted(value) if isinstance(value, list) else value
 
 
+def _megatron_core_installed() -> bool:
+    """Found without importing it (the import takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("megatron.core") is not None
+    except ModuleNotFoundError:  # no "megatron" package at all
+        return False
+
+
 def execute(config, plugins: list[dict]) -> dict:
     """Spawn the ranks, gather megatron-core's views, compare; the megatron result document."""
-    import importlib.util
     from importlib.metadata import version
 
     from mtb import provenance
@@ -92,7 +101,7 @@ def execute(config, plugins: list[dict]) -> dict:
     from mtb.launcher import LaunchTimeout, run_function
     from mtb.results import SCHEMA_VERSION
 
-    if importlib.util.find_spec("megatron") is None:
+    if not _megatron_core_installed():
         raise UsageError(
             "megatron-core is not installed: pip install 'mtb-megatron[megatron-core]'"
         )
