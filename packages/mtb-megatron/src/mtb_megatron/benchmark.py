@@ -78,16 +78,20 @@ def _error(records: list[dict]) -> str | None:
 def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mode: str) -> dict:
     """Launch every topology ``config.repeats`` times; the megatron result document."""
     started = provenance.utc_now()
-    versions = {k: v for k, v in provenance.torch_info().items() if k in VERSION_KEYS}
-    image = validity.image_identity(config.image, dict(os.environ))
-    context = {"megatron": checkout.to_dict(), "versions": versions}
     logs = log_dir(config.output)
-    topologies, runs = [], []
-    for topology in config.topologies:
-        records = [
+    launched = [
+        [
             runner.launch(config, checkout, topology, repeat, logs)
             for repeat in range(1, config.repeats + 1)
         ]
+        for topology in config.topologies
+    ]
+    # read after the launches: asking torch about the GPUs must not touch them before
+    versions = {k: v for k, v in provenance.torch_info().items() if k in VERSION_KEYS}
+    image = validity.image_identity(config.image, dict(os.environ))
+    context = {"megatron": checkout.to_dict(), "versions": versions}
+    topologies, runs = [], []
+    for records in launched:
         reasons = validity.assess(records, config.evidence, image, context)
         topologies.append(_topology_summary(records, reasons))
         runs += [_flatten(r, not reasons) for r in records]

@@ -49,6 +49,8 @@ def exclusivity(indices: list[int]) -> dict:
         for index in indices:
             handle = module.nvmlDeviceGetHandleByIndex(index)
             for process in module.nvmlDeviceGetComputeRunningProcesses(handle):
+                if process.pid == os.getpid():  # this process, should torch have touched the GPU
+                    continue
                 busy.append({"gpu": index, "pid": process.pid, "used_bytes": process.usedGpuMemory})
         return {"status": "ok", "reason": None, "exclusive": not busy, "processes": busy}
     except module.NVMLError as error:
