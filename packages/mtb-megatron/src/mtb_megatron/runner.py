@@ -120,7 +120,6 @@ def launch(
         "timed_out": timed_out,
         "duration_s": round(seconds, 3),
         "command": argv,
-        "command_line": command.shell_line(argv, checkout.path),
         "environment_set": dict(command.ENVIRONMENT),
         "stdout": _log_record(stdout),
         "stderr": _log_record(stderr),
