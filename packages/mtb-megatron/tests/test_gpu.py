@@ -38,3 +38,24 @@ def test_gpu_check_script_refuses_without_cuda():
     assert done.stderr.strip() == (
         "Error: the GPU check needs a CUDA GPU (megatron-core's GPTModel needs CUDA)"
     )
+
+
+BUILD = """
+import torch
+from mtb_megatron import gpu_check
+gpu_check.init_parallel("gloo")
+model = gpu_check.build_model(torch.float32)
+print(type(model).__name__, sum(p.numel() for p in model.parameters()))
+"""
+
+
+def test_gpu_check_model_builds_with_the_pinned_megatron_core_on_cpu():
+    """The script's megatron-core calls, up to the forward that needs CUDA."""
+    pytest.importorskip("megatron.core", reason="needs the [megatron-core] extra")
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", BUILD], capture_output=True, text=True, timeout=110
+    )
+    assert done.returncode == 0, done.stderr
+    # embeddings 1024x128 + 64x128, 2 layers of 198,272 (LNs, QKV, proj, fc1, fc2 with
+    # biases), final LN 256, untied output layer 1024x128
+    assert done.stdout.split() == ["GPTModel", str(131072 + 8192 + 2 * 198272 + 256 + 131072)]

@@ -11,7 +11,6 @@ without a GPU or megatron-core. Megatron's GPTModel cannot run on the CPU.
 """
 
 import json
-import os
 import sys
 import time
 
@@ -19,15 +18,23 @@ SHAPE = {"num_layers": 2, "hidden_size": 128, "num_attention_heads": 4}
 VOCAB, SEQ, BATCH = 1024, 64, 2
 
 
-def build_model(dtype):
-    """A TP1/PP1 GPTModel from megatron-core's local spec (a process group must exist)."""
-    import torch
+def init_parallel(backend: str, device=None) -> None:
+    """A one-rank process group (no port needed) and megatron-core's TP1/PP1 parallel state."""
+    import torch.distributed as dist
     from megatron.core import parallel_state
+
+    store = dist.HashStore()
+    dist.init_process_group(backend, store=store, rank=0, world_size=1, device_id=device)
+    parallel_state.initialize_model_parallel(1, 1)
+
+
+def build_model(dtype):
+    """A TP1/PP1 GPTModel from megatron-core's local spec (after :func:`init_parallel`)."""
+    import torch
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    parallel_state.initialize_model_parallel(1, 1)
     config = TransformerConfig(
         **SHAPE,
         use_cpu_initialization=True,
@@ -84,13 +91,12 @@ def main() -> int:
     except ImportError:
         return _refuse("megatron-core is not installed: pip install 'mtb-megatron[megatron-core]'")
     import torch.distributed as dist
+    from megatron.core import parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+    init_parallel("nccl", device)
     torch.manual_seed(1234)
     model_parallel_cuda_manual_seed(1234)
     model = build_model(torch.bfloat16).to(device)
@@ -102,6 +108,7 @@ def main() -> int:
         **step(model, device),
     }
     print(json.dumps(result), flush=True)
+    parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
     return 0 if result["all_finite"] else 1
 
