@@ -50,3 +50,16 @@ def test_topology_check_without_megatron_core_is_one_line(cli, monkeypatch):
     assert result.output.strip() == (
         "Error: megatron-core is not installed: pip install 'mtb-megatron[megatron-core]'"
     )
+
+
+def test_building_the_megatron_commands_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom mtb.cli import make_cli\nfrom mtb.plugins import build_plugin_manager\n"
+        "cli = make_cli(build_plugin_manager())\nassert 'megatron' in cli.commands\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')]"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
