@@ -10,6 +10,7 @@ COMMON = ["--megatron-ref", "v0.1-fake"]
     ("args", "message"),
     [
         (["run", "--topology", "2"], "topology: '2' is not TPxPP"),
+        (["run", "--topologies", "1x1,2x1"], "topology: run takes one TPxPP; use mtb megatron"),
         (["matrix", "--topologies", "4x1", "--nproc-per-node", "2"],
          "topologies: 4x1 needs TP x PP = 4"),
         (["run", "--topology", "1x1", "--global-batch-size", "3", "--nproc-per-node", "2"],

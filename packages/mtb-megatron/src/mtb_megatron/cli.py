@@ -14,6 +14,7 @@ import click
 
 from mtb.cli.config_options import SEPARATOR, option_for
 from mtb.config import LaunchConfig
+from mtb.errors import ConfigError
 from mtb_megatron import config as cfg
 from mtb_megatron.topology import all_topologies, parse_topologies, parse_topology
 
@@ -142,11 +143,17 @@ RUN_TAIL = (
 @megatron_group.command(
     "run", help="One topology (TPxPP; DP follows from the world size), --repeats times." + RUN_TAIL
 )
-@click.option("--topology", default="1x1", show_default=True, help="TPxPP, e.g. 2x1")
+@click.option(
+    "--topology", "--topologies", default="1x1", show_default=True, help="TPxPP, e.g. 2x1"
+)
 @DRY_RUN
 @_options(cfg.MegatronConfig, RUN_LAUNCH)
 def run_command(topology, dry_run, **params):
-    config = _build(cfg.MegatronConfig, params, topologies=[parse_topology(topology)])
+    if "," in topology.strip(", "):
+        raise ConfigError(
+            "topology", f"run takes one TPxPP; use mtb megatron matrix for {topology}"
+        )
+    config = _build(cfg.MegatronConfig, params, topologies=[parse_topology(topology.strip(", "))])
     _benchmark(config, "run", dry_run)
 
 
@@ -173,7 +180,6 @@ def matrix_command(topologies, dry_run, **params):
 
 def _fitting(params: dict, candidates: list) -> list:
     """The candidates whose DP, layers and heads the model and batches allow (else all)."""
-    from mtb.errors import ConfigError
 
     def fits(topology) -> bool:
         try:
