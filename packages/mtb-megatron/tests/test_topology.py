@@ -44,3 +44,38 @@ def test_compare_finds_a_rank_whose_groups_differ():
     row = compare(topology, 4, views)
     assert (row["ok"], row["mismatches"]) == (False, 1)
     assert row["ranks"][3]["wrong"] == ["tp_group"]
+
+
+def test_topology_command_exits_1_on_a_mismatch_or_a_failed_rank(cli, tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    import mtb.launcher
+    from mtb.errors import RunFailed
+    from mtb_megatron import topology_check
+
+    def wrong_views(launch, function, spec):
+        views = [
+            [layout(Topology(tp, pp), 2, rank) for tp, pp in spec.topologies] for rank in (0, 1)
+        ]
+        views[1][0] = {**views[1][0], "dp_group": [1]}
+        return views
+
+    def failed_rank(launch, function, spec):
+        raise RunFailed("rank 1 failed: RuntimeError: gloo connection refused")
+
+    monkeypatch.setattr(topology_check, "_megatron_core_installed", lambda: True)
+    out = tmp_path / "t.json"
+    args = ["megatron", "topology", "--world-size", "2", "--output", str(out)]
+    for fake, error in (
+        (wrong_views, "megatron-core's groups differ from mtb's layout for 1x1"),
+        (failed_rank, "rank 1 failed: RuntimeError: gloo connection refused"),
+    ):
+        monkeypatch.setattr(mtb.launcher, "run_function", fake)
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        assert result.output.strip().splitlines()[-1] == f"Error: {error}"
+        doc = json.loads(out.read_text())
+        assert (doc["status"], doc["error"]) == ("failed", error)
+    assert doc["checks"] == []
