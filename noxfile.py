@@ -28,8 +28,9 @@ PACKAGES = {
     "report": "packages/mtb-report",
 }
 EXAMPLE = "examples/mtb-example-strategy"
-# optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed)
-EXTRAS = {"strategies": "test,deepspeed"}
+# optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed; the
+# topology check needs megatron-core; NVML bindings load without a GPU)
+EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}
 
 # Fails unless mtb and the example plugin are imported from site-packages,
 # i.e. installed as real distributions rather than linked to the source tree.

@@ -13,10 +13,9 @@ class TestPlugin(PluginPackageTests):
     package = "mtb_megatron"
 
 
-def test_declares_the_megatron_core_extra():
+def test_declares_the_megatron_core_and_gpu_extras():
     meta = metadata(DISTRIBUTION)
-    assert "megatron-core" in meta.get_all("Provides-Extra")
+    assert {"megatron-core", "gpu"} <= set(meta.get_all("Provides-Extra"))
     requirements = [r.replace(" ", "") for r in meta.get_all("Requires-Dist")]
-    assert any(
-        r.startswith("megatron-core;") and 'extra=="megatron-core"' in r for r in requirements
-    ), requirements
+    for name, extra in (("megatron-core", "megatron-core"), ("nvidia-ml-py", "gpu")):
+        assert any(r.startswith(name) and f'extra=="{extra}"' in r for r in requirements), name

@@ -199,3 +199,28 @@ def test_runtime_state_shows_where_a_run_resumed(invoke, tmp_path):
     document["trials"][0]["per_rank"][0]["checkpoint"] = {"start_step": 2, "resumed": resumed}
     text = invoke("report", write(tmp_path / "resumed.json", document)).output
     assert "| fsdp | 2 | 1 | 4 | 1 | 512 | 2 | ckpt/step_00000002 (step 2, exact) |" in text
+
+
+def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke, tmp_path):
+    run = {
+        "topology": "2x1",
+        "tp": 2,
+        "pp": 1,
+        "dp": 1,
+        "repeat": 1,
+        "status": "ok",
+        "failure_kind": None,
+        "elapsed_ms_per_iteration": 105.0,
+        "throughput_tflops_per_gpu": None,
+        "lm_loss": 9.94,
+        "performance_valid": False,
+        "iterations": [{"iteration": 2, "throughput_tflops_per_gpu": 50.2}],
+    }
+    document = other_kind("megatron", mode="matrix", performance_valid=False, runs=[run])
+    text = invoke("report", write(tmp_path / "megatron.json", document)).output
+    assert "### Megatron: rows" in text
+    assert (
+        "| topology | tp | pp | dp | repeat | status | failure_kind | elapsed_ms_per_iteration |"
+        in text
+    )
+    assert "| 2x1 | 2 | 1 | 1 | 1 | ok | — | 105 | — | 9.94 | no |" in text

@@ -1,9 +1,17 @@
-"""The ``megatron`` plugin (entry point ``mtb = megatron``).
+"""The ``megatron`` plugin (entry point ``mtb = megatron``): adds ``mtb megatron ...``.
 
-It implements no hooks yet. Its issue adds ``mtb_register_commands`` with
-``mtb megatron ...``: tensor/pipeline/data-parallel layouts for a model
-and world size, and, with the ``[megatron-core]`` extra installed, checks
-of those layouts against Megatron-Core's own parallel-state set-up.
-
-megatron-core and torch are imported inside command bodies, never here.
+``run`` and ``matrix`` launch a pinned Megatron-LM checkout's pretrain_gpt.py;
+``topology`` checks megatron-core's parallel groups on CPU ranks (with the
+``[megatron-core]`` extra). torch and megatron-core are imported inside
+command bodies, never here, so ``mtb --help`` stays fast.
 """
+
+from mtb import hookimpl
+
+
+@hookimpl
+def mtb_register_commands(cli):
+    from mtb_megatron.cli import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)

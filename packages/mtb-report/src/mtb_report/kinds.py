@@ -40,6 +40,22 @@ PREFERRED = {
     "checkpoint": ("check", "step", "passed", "detail"),
     "profile": ("rank", "name", "total_ms", "count"),
     "matrix": ("strategy", "world_size", "precision", "status", "error"),
+    "megatron": (
+        "topology",
+        "tp",
+        "pp",
+        "dp",
+        "repeat",
+        "status",
+        "failure_kind",
+        "elapsed_ms_per_iteration",
+        "throughput_tflops_per_gpu",
+        "lm_loss",
+        "performance_valid",
+        "ranks_checked",
+        "mismatches",
+        "ok",
+    ),
 }
 TITLES = {
     "comm": "Collectives",

@@ -1,0 +1,127 @@
+"""``mtb megatron run|matrix``: every topology, every repeat, then the document.
+
+Launch records keep every raw number; each topology gets its validity
+verdict, and a topology that is not performance-valid has its throughput
+withheld from the rows and summaries (the parsed log lines keep it).
+"""
+
+import os
+from pathlib import Path
+
+import attrs
+
+from mtb import provenance
+from mtb.metrics import summarize
+from mtb.results import SCHEMA_VERSION
+from mtb_megatron import runner, validity
+from mtb_megatron.checkout import Checkout
+from mtb_megatron.config import MegatronConfig
+
+VERSION_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_driver")
+
+
+def log_dir(output: str) -> Path:
+    """Logs live next to the result: ``results/x.json`` -> ``results/x.logs/``."""
+    path = Path(output)
+    return path.with_name(path.stem + ".logs")
+
+
+def _flatten(record: dict, valid: bool) -> dict:
+    """The launch's headline scalars at its top level (what report tables show)."""
+    metrics, failure = record["metrics"], record["failure"] or {}
+    throughput = metrics["throughput_tflops_per_gpu"]["mean"] if valid else None
+    return {
+        **record,
+        "failure_kind": failure.get("kind"),
+        "failure_line": failure.get("line"),
+        "elapsed_ms_per_iteration": metrics["elapsed_ms_per_iteration"]["mean"],
+        "throughput_tflops_per_gpu": throughput,
+        "lm_loss": metrics["lm_loss_last"],
+        "performance_valid": valid,
+    }
+
+
+def _topology_summary(records: list[dict], reasons: list[str]) -> dict:
+    first, valid = records[0], not reasons
+
+    def across(key):
+        values = [r["metrics"][key]["mean"] for r in records if r["status"] == "ok"]
+        return summarize([v for v in values if v is not None])
+
+    return {
+        "topology": first["topology"],
+        "tp": first["tp"],
+        "pp": first["pp"],
+        "dp": first["dp"],
+        "launches": len(records),
+        "ok": sum(r["status"] == "ok" for r in records),
+        "elapsed_ms_per_iteration": across("elapsed_ms_per_iteration"),
+        "throughput_tflops_per_gpu": across("throughput_tflops_per_gpu") if valid else None,
+        "performance_valid": valid,
+        "performance_reasons": reasons,
+    }
+
+
+def _error(records: list[dict]) -> str | None:
+    failed = [r for r in records if r["status"] != "ok"]
+    if not failed:
+        return None
+    first = failed[0]
+    failure = first["failure"]
+    shown = f": {failure['line']}" if failure["line"] else ""
+    return (
+        f"{len(failed)} of {len(records)} launches failed; first: {first['topology']} "
+        f"repeat {first['repeat']} {failure['kind']}{shown}"
+    )
+
+
+def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mode: str) -> dict:
+    """Launch every topology ``config.repeats`` times; the megatron result document."""
+    started = provenance.utc_now()
+    logs = log_dir(config.output)
+    launched = [
+        [
+            runner.launch(config, checkout, topology, repeat, logs)
+            for repeat in range(1, config.repeats + 1)
+        ]
+        for topology in config.topologies
+    ]
+    # read after the launches: asking torch about the GPUs must not touch them before
+    versions = {k: v for k, v in provenance.torch_info().items() if k in VERSION_KEYS}
+    image = validity.image_identity(config.image, dict(os.environ))
+    context = {"megatron": checkout.to_dict(), "versions": versions}
+    topologies, runs = [], []
+    for records in launched:
+        reasons = validity.assess(records, config.evidence, image, context)
+        topologies.append(_topology_summary(records, reasons))
+        runs += [_flatten(r, not reasons) for r in records]
+    reasons = list(dict.fromkeys(r for t in topologies for r in t["performance_reasons"]))
+    return {
+        "kind": "megatron",
+        "schema_version": SCHEMA_VERSION,
+        "mode": mode,
+        "status": "ok" if all(r["status"] == "ok" for r in runs) else "failed",
+        "error": _error(runs),
+        "evidence": config.evidence,
+        "performance_valid": not reasons,
+        "performance_reasons": reasons,
+        "config": to_dict(config),
+        "megatron": checkout.to_dict(),
+        "image": image,
+        "versions": versions,
+        "plugins": plugins,
+        "provenance": {
+            **provenance.collect(plugins),
+            "start_utc": started,
+            "end_utc": provenance.utc_now(),
+        },
+        "topologies": topologies,
+        "runs": runs,
+    }
+
+
+def to_dict(config) -> dict:
+    """The config as stored: topologies as their TPxPP names."""
+    data = attrs.asdict(config)
+    data["topologies"] = [t.name for t in config.topologies]
+    return data
