@@ -126,7 +126,10 @@ DRY_RUN = click.option(
 
 @click.group("megatron")
 def megatron_group():
-    """Megatron-LM benchmarks over TP/PP/DP topologies, and megatron-core topology checks."""
+    """Megatron-LM benchmarks over TP/PP/DP topologies, and megatron-core topology checks.
+
+    What TP, PP and DP split and why: docs/parallelism.md; the runner: docs/megatron.md.
+    """
 
 
 RUN_TAIL = (
