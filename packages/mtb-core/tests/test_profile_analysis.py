@@ -53,7 +53,7 @@ def cuda_like_trace(rank: int, compute_us: float) -> dict:
     events = []
     for start in (0.0, 1000.0):
         events += [
-            x(f"{'ProfilerStep#'}{int(start)}", start, 1000.0, cat="user_annotation"),
+            x(f"ProfilerStep#{int(start)}", start, 1000.0, cat="user_annotation"),
             x("mtb.forward", start, 200.0, cat="user_annotation"),
             x("aten::mm", start + 10, 100.0),
             x("aten::addmm", start + 20, 50.0),  # nested in aten::mm
@@ -61,6 +61,10 @@ def cuda_like_trace(rank: int, compute_us: float) -> dict:
             x("sm90_xmma_gemm_bf16", start, compute_us, cat="kernel", tid=7),
             x("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", start + 300, 500.0, "kernel", 8),
             x("Memcpy HtoD", start + 900, 10.0, cat="gpu_memcpy", tid=7),
+            # CUDA traces repeat host ranges on the device: counted once, from the host
+            x(f"ProfilerStep#{int(start)}", start + 5, 990.0, cat="gpu_user_annotation", tid=7),
+            x("mtb.forward", start + 5, 150.0, cat="gpu_user_annotation", tid=7),
+            x("nccl:all_reduce", start + 300, 500.0, cat="gpu_user_annotation", tid=8),
         ]
     return {"distributedInfo": {"rank": rank, "backend": "nccl"}, "traceEvents": events}
 
@@ -81,6 +85,7 @@ def test_cuda_kernels_give_a_device_timeline_with_kernel_times():
     }
     assert device["Memcpy HtoD"]["device_ms"] == pytest.approx(0.02)
     comm = {row["name"]: row for row in summary["comm_ops"]}
+    assert set(comm) == {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "c10d::allreduce_"}
     assert comm["ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]["timeline"] == "device"
     assert comm["c10d::allreduce_"] == {
         "name": "c10d::allreduce_",

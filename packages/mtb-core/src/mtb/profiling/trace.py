@@ -16,6 +16,9 @@ from mtb.profiling.intervals import intersection, length, merge
 
 COMM_PATTERN = re.compile(r"nccl|gloo|c10d|record_param_comms", re.IGNORECASE)
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: the device-side copies of record_function ranges (ProfilerStep#N, mtb.forward, nccl:...)
+#: that CUDA traces carry beside the host's: read once, from the host
+DEVICE_ANNOTATION = "gpu_user_annotation"
 STEP_PREFIX = "ProfilerStep#"
 RANGE_PREFIX = "mtb."
 
@@ -33,11 +36,14 @@ def load(path) -> dict:
 
 
 def complete_events(trace: dict) -> list[dict]:
-    """The trace's duration events ("X") with a numeric start and duration."""
+    """The trace's duration events ("X"), less the device-side copies of host ranges."""
     return [
         e
         for e in trace.get("traceEvents", [])
-        if e.get("ph") == "X" and isinstance(e.get("dur"), int | float) and "ts" in e
+        if e.get("ph") == "X"
+        and isinstance(e.get("dur"), int | float)
+        and "ts" in e
+        and e.get("cat") != DEVICE_ANNOTATION
     ]
 
 
