@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mtb-bench-profile-") as tmp:
         results = measure(args, Path(tmp))
-    Console().print(table(results, args))
+    Console(width=120).print(table(results, args))
     worst = max(r["overhead_ratio"] for r in results.values())
     met = worst <= TARGET_OVERHEAD
     print(f"worst overhead {worst * 100:.1f} % (target <= {TARGET_OVERHEAD * 100:.0f} %: "

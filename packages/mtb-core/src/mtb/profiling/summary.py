@@ -43,7 +43,10 @@ def undetermined(reason: str) -> dict:
 
 
 def straggler(rows: list[dict]) -> dict:
-    """Which rank needs the most time of its own per step, and by how much over the median."""
+    """Which rank needs the most time of its own per step, and by how much over the median.
+
+    Flat (no nested objects), so report tables show it in one cell.
+    """
     if any(row["work_ms"] is None for row in rows):
         return undetermined("a trace holds no ProfilerStep events to time steps by")
     work = spread([row["work_ms"] for row in rows])
@@ -52,7 +55,7 @@ def straggler(rows: list[dict]) -> dict:
         "basis": "step time less exposed communication (work_ms)",
         "ratio": work["ratio"],
         "slowest_rank": rows[work["argmax"]]["rank"],
-        "work_ms": {k: work[k] for k in ("min", "p50", "max")},
+        **{f"work_ms_{k}": work[k] for k in ("min", "p50", "max")},
     }
 
 
@@ -79,7 +82,7 @@ def overall_overlap(ranks: list[dict]) -> dict:
     return {
         "status": "measured",
         "ratio": sum(r["overlap_ms"] for r in measured) / comm,
-        "ranks": [r["rank"] for r in measured],
+        "ranks_measured": len(measured),
     }
 
 
