@@ -95,7 +95,7 @@ def merged_ops(ranks: list[dict], key: str, measure: str, top: int) -> list[dict
                 if field != "name" and isinstance(value, int | float):
                     table[row["name"]][field] += value
             table[row["name"]]["ranks"] += 1
-    rows = [{"name": name, **{k: v for k, v in values.items()}} for name, values in table.items()]
+    rows = [{"name": name, **values} for name, values in table.items()]
     for row in rows:
         row["count"], row["ranks"] = int(row["count"]), int(row["ranks"])
     return sorted(rows, key=lambda row: (-row[measure], row["name"]))[:top]

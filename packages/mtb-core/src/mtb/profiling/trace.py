@@ -12,7 +12,7 @@ import json
 import re
 from collections import defaultdict
 
-from mtb.profiling.intervals import intersection, length, merge
+from mtb.profiling.intervals import intersection, length, merge, overlap_ratio
 
 COMM_PATTERN = re.compile(r"nccl|gloo|c10d|record_param_comms", re.IGNORECASE)
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -132,15 +132,14 @@ def timelines(events: list[dict], device: list[dict]) -> tuple[str, list, list]:
 
 def overlap_of(compute: list, comm: list) -> dict:
     """HTA overlap, or ``undetermined`` with the reason when the events are missing."""
-    comm_ms = length(comm) / 1000.0
-    if not comm:
+    ratio = overlap_ratio(compute, comm)
+    if ratio is None:
         reason = "the trace holds no communication events (one rank, or no collectives)"
         return {"status": "undetermined", "ratio": None, "reason": reason}
     if not compute:
         reason = "the trace holds no compute events on the chosen timeline"
         return {"status": "undetermined", "ratio": None, "reason": reason}
-    overlap_ms = length(intersection(compute, comm)) / 1000.0
-    return {"status": "measured", "ratio": overlap_ms / comm_ms, "reason": None}
+    return {"status": "measured", "ratio": ratio, "reason": None}
 
 
 def ranges_ms(events: list[dict]) -> dict:
@@ -173,7 +172,8 @@ def analyse(trace: dict, top: int = 15) -> dict:
     step_ms = [float(e["dur"]) / 1000.0 for e in steps]
     exposed = exposed_per_step([span(e) for e in steps], compute, comm)
     comm_ms = length(comm) / 1000.0
-    overlap_ms = length(intersection(compute, comm)) / 1000.0
+    overlap = overlap_of(compute, comm)
+    overlap_ms = comm_ms * (overlap["ratio"] or 0.0)  # no compute or no comm: none hidden
     return {
         "rank": info.get("rank", 0),
         "backend": info.get("backend"),
@@ -186,7 +186,7 @@ def analyse(trace: dict, top: int = 15) -> dict:
         "comm_ms": comm_ms,
         "overlap_ms": overlap_ms,
         "exposed_comm_ms": comm_ms - overlap_ms,
-        "overlap": overlap_of(compute, comm),
+        "overlap": overlap,
         "top_cpu_ops": top_cpu_ops(ops, top),
         "top_device_ops": top_device_ops(device, top),
         "comm_ops": comm_ops([e for e in events if e.get("cat") != "Trace" and is_comm(e["name"])]),
