@@ -144,7 +144,7 @@ def plugin_example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks with every package installed: results/bench.json, strategies, checkpoint, comm.
+    """Benchmarks with every package installed: bench.json, strategies, checkpoint, comm, profiling.
 
     Arguments after ``--`` go to bench.py (harness overhead and start-up).
     """
@@ -156,3 +156,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/strategies.py", "--output", "results/strategies.json")
     session.run("python", "benchmarks/checkpoint.py", "--output", "results/checkpoint.json")
     session.run("python", "benchmarks/comm.py", "--output", "results/comm-bench.json")
+    session.run("python", "benchmarks/profiling.py", "--output", "results/profiling.json")

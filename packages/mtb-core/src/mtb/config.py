@@ -277,6 +277,58 @@ class CheckpointConfig:
 
 
 @attrs.define(kw_only=True)
+class ProfileConfig:
+    """Which profiler wraps the run, its schedule, and where traces go."""
+
+    SECTION = "profile"
+
+    profiler: str | None = setting(
+        None, help="profiler wrapping the run (see `mtb plugins`)", shown_default="off"
+    )
+    wait_steps: int = setting(
+        0,
+        help="measured steps the profiler skips before its warmup",
+        unit="steps",
+        minimum=0,
+        flag="--profile-wait",
+    )
+    warmup_steps: int = setting(
+        1,
+        help="steps the profiler runs but discards, after its wait",
+        unit="steps",
+        minimum=0,
+        flag="--profile-warmup",
+    )
+    active_steps: int = setting(
+        3, help="steps the profiler records", unit="steps", minimum=1, flag="--profile-active"
+    )
+    dir: str | None = setting(
+        None,
+        help="directory of the traces and profile summaries",
+        flag="--profile-dir",
+        shown_default="the result path without .json, plus -profile",
+    )
+    top: int = setting(
+        15, help="operators listed per table of the summary", minimum=1, flag="--profile-top"
+    )
+    baseline: bool = setting(
+        True,
+        help="also run the same steps unprofiled first, to measure the profiler's overhead",
+        flag="--profile-baseline",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.profiler is not None
+
+    @property
+    def window(self) -> range:
+        """Indices, among the measured steps, of the steps the profiler records."""
+        first = self.wait_steps + self.warmup_steps
+        return range(first, first + self.active_steps)
+
+
+@attrs.define(kw_only=True)
 class RunConfig:
     """Everything one ``mtb run`` needs; stored whole in its result."""
 
@@ -297,6 +349,7 @@ class RunConfig:
     training: TrainingConfig = attrs.field(factory=TrainingConfig, metadata={"section": True})
     launch: LaunchConfig = attrs.field(factory=LaunchConfig, metadata={"section": True})
     checkpoint: CheckpointConfig = attrs.field(factory=CheckpointConfig, metadata={"section": True})
+    profile: ProfileConfig = attrs.field(factory=ProfileConfig, metadata={"section": True})
     strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
 
     def __attrs_post_init__(self):
@@ -308,6 +361,23 @@ class RunConfig:
                 f"must be < the world size {self.launch.world_size}",
             )
         self._check_checkpoint()
+        self._check_profile()
+
+    def _check_profile(self) -> None:
+        profile, training = self.profile, self.training
+        if not profile.enabled:
+            return
+        measured = training.steps - training.warmup_steps
+        if profile.window.stop > measured:
+            raise ConfigError(
+                "profile.active_steps",
+                f"profile.wait_steps + warmup_steps + active_steps = {profile.window.stop} "
+                f"must be <= the measured steps {measured} (training.steps - warmup_steps)",
+            )
+        if training.repeat != 1:
+            raise ConfigError("training.repeat", "must be 1 when profiling (--profiler)")
+        if self.checkpoint.enabled:
+            raise ConfigError("profile.profiler", "profiling does not combine with checkpointing")
 
     def _check_checkpoint(self) -> None:
         ckpt = self.checkpoint
@@ -332,6 +402,7 @@ SECTIONS = {
     "training": TrainingConfig,
     "launch": LaunchConfig,
     "checkpoint": CheckpointConfig,
+    "profile": ProfileConfig,
 }
 
 # The fields that define the workload: a result or checkpoint is comparable

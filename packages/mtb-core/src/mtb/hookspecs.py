@@ -38,8 +38,11 @@ def mtb_register_checkpoint_backends(register):
 def mtb_register_profilers(register):
     """Register profilers.
 
-    Call ``register(profiler)`` with an object that has a ``name`` and wraps
-    the measured steps, writes per-rank traces and returns a per-rank summary.
+    Call ``register(profiler)`` with an object that has a ``name`` and
+    ``session(context, directory)``: a context manager around one trial on one
+    rank whose ``step()`` the trainer calls after every step, and which leaves
+    the rank's trace at ``path`` and its analysis in ``summary`` (the shape
+    :func:`mtb.profiling.trace.analyse` returns); rank 0 combines them.
     """
 
 

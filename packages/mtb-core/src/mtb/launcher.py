@@ -43,6 +43,8 @@ def prepare(config, pm):
     """The config as it will run: result path decided, strategy options resolved."""
     strategy = pm.registry("strategy").get(config.strategy)
     options = strategy.resolve_options(config.strategy_options)
+    if config.profile.enabled:
+        pm.registry("profiler").get(config.profile.profiler)
     return attrs.evolve(with_output(config), strategy_options=options)
 
 

@@ -22,6 +22,7 @@ DEFAULT_PLUGINS = (
     "mtb.strategies.single",
     "mtb.reporters.json_reporter",
     "mtb.checkpoint.dcp_backend",
+    "mtb.profiling.torch_profiler",
 )
 
 

@@ -65,6 +65,15 @@ class RunResult:
     checkpoint: dict | None = None
     #: digests of the final state by component (None unless checkpoint.record_digests)
     state_digests: dict | None = None
+    #: the cross-rank profile summary of a profiled run (kind "profile"; None otherwise)
+    profile: dict | None = None
+    #: a profiled run's per-rank operator rows (rank, name, total_ms, count) for reports
+    rows: list[dict] | None = None
+
+
+def document_kind(config) -> str:
+    """``profile`` for a run under a profiler (its numbers carry the profiler), else ``train``."""
+    return "profile" if config.profile.enabled else "train"
 
 
 result_converter = cattrs.Converter()
@@ -207,7 +216,7 @@ def failure_document(
     """A result for a run that produced no numbers, so the failure is never lost."""
     return to_document(
         RunResult(
-            kind="train",
+            kind=document_kind(config),
             schema_version=SCHEMA_VERSION,
             status=status,
             error=error,

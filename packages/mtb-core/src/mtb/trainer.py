@@ -23,6 +23,7 @@ from mtb.engine import make_optimizer, norm_value
 from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
+from mtb.profiling.ranges import ranges
 from mtb.schedule import lr_at
 
 
@@ -77,6 +78,7 @@ class Trainer:
         self.pm = pm
         self.hooks = pm.hook
         self.training = context.config.training
+        self.range = ranges(False)
 
     def data(self) -> SyntheticTokens:
         cfg = self.context.config
@@ -90,8 +92,10 @@ class Trainer:
             device=self.context.device,
         )
 
-    def run_trial(self, trial: int, on_step=None) -> TrialRecord:
+    def run_trial(self, trial: int, on_step=None, profiler=None) -> TrialRecord:
+        """One trial; ``profiler`` (a profiler session) is stepped after every step."""
         self.context.trial = trial
+        self.range = ranges(profiler is not None)
         if self.context.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.context.device)
         model = build_model(self.context)
@@ -114,6 +118,8 @@ class Trainer:
             session.after_step(step + 1, metrics)
             if on_step is not None:
                 on_step(metrics)
+            if profiler is not None:
+                profiler.step()
         checkpoint, digests = session.finish()
         state_bytes = self.probe_state_bytes(engine, data, self.training.steps)
         memory = memory_stats(self.context.device)
@@ -128,24 +134,20 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.context.device)
         tokens = 0
         for micro in range(accum):
-            batch = data.batch(step, micro)
-            tokens += batch.tokens
-            clock.mark("data")
-            with engine.sync_context(is_last_micro_batch=micro == accum - 1):
-                loss = self.maybe_poison(engine.forward(batch), step, micro)
-                engine.backward(loss / accum)
-            loss_sum += loss.detach()
-            clock.mark("forward_backward")
-        lr = lr_at(step, self.training, self.training.steps)
-        engine.set_lr(lr)
-        max_norm = self.training.max_grad_norm
-        raw_norm = engine.grad_norm() if max_norm is not None else None
-        norm = norm_value(raw_norm)
-        loss_value = loss_sum.item() / accum
-        self.check_finite(step, loss_value, norm)
-        info = engine.optimizer_step(max_norm, raw_norm)
-        if norm is not None:
-            info.grad_norm, info.clipped = norm, norm > max_norm
+            with self.range(f"mtb.micro_batch.{micro}"):
+                with self.range("mtb.data"):
+                    batch = data.batch(step, micro)
+                tokens += batch.tokens
+                clock.mark("data")
+                with engine.sync_context(is_last_micro_batch=micro == accum - 1):
+                    with self.range("mtb.forward"):
+                        loss = self.maybe_poison(engine.forward(batch), step, micro)
+                    with self.range("mtb.backward"):
+                        engine.backward(loss / accum)
+                loss_sum += loss.detach()
+                clock.mark("forward_backward")
+        with self.range("mtb.optimizer"):
+            info, lr, loss_value = self.optimizer_phase(engine, loss_sum, step)
         clock.mark("optimizer")
         phases = clock.phases_ms()
         step_ms = (time.perf_counter() - started) * 1000.0
@@ -164,6 +166,21 @@ class Trainer:
             skipped=info.skipped,
             gradient_syncs=info.gradient_syncs,
         )
+
+    def optimizer_phase(self, engine, loss_sum: torch.Tensor, step: int):
+        """Learning rate, clipping, the finiteness check and the optimizer step."""
+        accum = self.training.grad_accum_steps
+        lr = lr_at(step, self.training, self.training.steps)
+        engine.set_lr(lr)
+        max_norm = self.training.max_grad_norm
+        raw_norm = engine.grad_norm() if max_norm is not None else None
+        norm = norm_value(raw_norm)
+        loss_value = loss_sum.item() / accum
+        self.check_finite(step, loss_value, norm)
+        info = engine.optimizer_step(max_norm, raw_norm)
+        if norm is not None:
+            info.grad_norm, info.clipped = norm, norm > max_norm
+        return info, lr, loss_value
 
     def maybe_poison(self, loss: torch.Tensor, step: int, micro: int) -> torch.Tensor:
         """--inject-nan-at-step: a NaN loss on the chosen rank, for fault tests."""

@@ -18,8 +18,16 @@ from mtb.checkpoint.state import combine_digests
 from mtb.errors import one_line
 from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
 from mtb.model import flops_per_token, matmul_parameter_count, parameter_count
+from mtb.profiling import run as profiling
 from mtb.reporting import write_atomic
-from mtb.results import SCHEMA_VERSION, RunResult, reduce_trial, summarize_trials, to_document
+from mtb.results import (
+    SCHEMA_VERSION,
+    RunResult,
+    document_kind,
+    reduce_trial,
+    summarize_trials,
+    to_document,
+)
 from mtb.trainer import Trainer
 
 
@@ -60,8 +68,8 @@ def step_progress(context):
 
     from mtb.console import stderr
 
-    training = context.config.training
-    total = training.repeat * training.steps
+    training, profile = context.config.training, context.config.profile
+    total = (training.repeat + (profile.enabled and profile.baseline)) * training.steps
     columns = (
         "[progress.description]{task.description}",
         BarColumn(),
@@ -81,13 +89,17 @@ def step_progress(context):
         yield advance
 
 
-def train(context, pm) -> list:
-    """Every trial on this rank; returns this rank's TrialRecords."""
+def train(context, pm) -> tuple[list, dict | None]:
+    """Every trial on this rank: its TrialRecords, and its profile when profiling."""
     strategy = pm.registry("strategy").get(context.config.strategy)
     strategy.check(context.config, context.device.type)
     trainer = Trainer(context, strategy, pm)
     with step_progress(context) as on_step:
-        return [trainer.run_trial(i, on_step) for i in range(context.config.training.repeat)]
+        if context.config.profile.enabled:
+            record, profile = profiling.profiled_trial(trainer, context, pm, on_step)
+            return [record], profile
+        trials = range(context.config.training.repeat)
+        return [trainer.run_trial(i, on_step) for i in trials], None
 
 
 def node_provenance(context) -> list[dict]:
@@ -99,8 +111,8 @@ def node_provenance(context) -> list[dict]:
     return [n for n in distributed.gather(context, mine) if n is not None]
 
 
-def assemble(context, pm, records_by_rank, peaks, nodes, started) -> dict:
-    """Rank 0: the result document from every rank's records."""
+def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None) -> dict:
+    """Rank 0: the result document from every rank's records (and profiles)."""
     cfg = context.config
     hostnames = [host for host, _ in peaks]
     peak_values = [p for _, (p, _) in peaks]
@@ -143,8 +155,12 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started) -> dict:
         "matmul_parameters": matmul_parameter_count(cfg.model),
         "flops_per_token": fpt,
     }
+    profile = None
+    if profiles:
+        first_trials = [records_by_rank[r][0] for r in range(context.world_size)]
+        profile = profiling.profile_part(cfg, context.world_size, first_trials, profiles)
     result = RunResult(
-        kind="train",
+        kind=document_kind(cfg),
         schema_version=SCHEMA_VERSION,
         status="ok",
         error=None,
@@ -161,6 +177,8 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started) -> dict:
         state_digests=digests_of(
             [records_by_rank[r][0].digests for r in range(context.world_size)]
         ),
+        profile=profile,
+        rows=profiling.rows(profiles) if profiles else None,
     )
     return to_document(result)
 
@@ -193,6 +211,9 @@ def report(context, pm, document: dict) -> None:
     pm.hook.mtb_run_end(context=context, result=document)
     write_result(pm, document, context.config.output)
     stdout.print(summary_table(document))
+    if document["profile"] is not None:
+        profiling.write_summaries(document["profile"])
+        print(f"profile written to {document['profile']['directory']}", flush=True)
     print(f"result written to {context.config.output}", flush=True)
 
 
@@ -206,13 +227,14 @@ def run(config, pm) -> dict | None:
     started = provenance.utc_now()
     distributed.barrier(context)
     peak = peak_flops(context)
-    records = train(context, pm)
+    records, profile = train(context, pm)
     records_by_rank = distributed.gather(context, records)
+    profiles = distributed.gather(context, profile) if profile is not None else None
     peaks = distributed.gather(context, (socket.gethostname(), peak))
     nodes = node_provenance(context)
     document = None
     if context.is_main:
-        document = assemble(context, pm, records_by_rank, peaks, nodes, started)
+        document = assemble(context, pm, records_by_rank, peaks, nodes, started, profiles)
         report(context, pm, document)
     distributed.teardown(context)
     return document

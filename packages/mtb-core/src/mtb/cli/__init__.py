@@ -41,6 +41,7 @@ def make_cli(pm) -> click.Group:
         ctx.obj = pm
 
     cli.add_command(build_run_command(pm))
+    cli.add_command(build_run_command(pm, "profile"))
     cli.add_command(plugins_command)
     cli.add_command(fault_group)
     cli.add_command(checkpoint_group)
