@@ -61,3 +61,10 @@ def test_ci_runs_exactly_the_test_suite_command():
 def test_the_chinese_quickstart_gives_the_same_two_commands():
     for marker in ("main-job", "test-suite"):
         assert readme_block(marker, "README.zh-CN.md") == readme_block(marker)
+
+
+def test_the_quickstart_starts_with_the_readme_commands():
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    install_and_run = readme_block("main-job").strip()
+    suite = " && ".join(readme_block("test-suite").strip().splitlines())
+    assert install_and_run in text and suite in text
