@@ -124,6 +124,7 @@ def run(command: str, cell, argv: list[str], result: Path, timeout_s: float, log
     """Run the cell to its end; its result document ends up at ``result``."""
     running = result.parent.parent / "running" / result.name
     running.parent.mkdir(parents=True, exist_ok=True)
+    result.parent.mkdir(parents=True, exist_ok=True)
     running.unlink(missing_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "mtb", *command.split(), *argv, "--output", str(running)]
