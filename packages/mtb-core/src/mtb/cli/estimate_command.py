@@ -57,7 +57,7 @@ def estimate_command(ctx, preset, world_size, strategy, precision, optimizer, as
     from rich.table import Table
 
     from mtb.config import TrainingConfig
-    from mtb.console import stdout
+    from mtb.console import print_wide
     from mtb.memory import format_size
 
     training = TrainingConfig(precision=precision, optimizer=optimizer)
@@ -78,4 +78,4 @@ def estimate_command(ctx, preset, world_size, strategy, precision, optimizer, as
         unavailable = f"unavailable: {row['unavailable']}" if row["unavailable"] else ""
         note = row.get("note") or unavailable
         table.add_row(row["strategy"], *sizes, note)
-    stdout.print(table)
+    print_wide(table)

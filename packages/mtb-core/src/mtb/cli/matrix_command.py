@@ -89,6 +89,7 @@ def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resu
     markdown reporter is installed (mtb-report), writes report.md. Exit 0
     when every cell has a result and none failed unexpectedly, 1 otherwise.
     """
+    from mtb.console import print_wide
     from mtb.errors import RunFailed
     from mtb.matrix import display, session
 
@@ -96,12 +97,12 @@ def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resu
     plans = _plans(ctx, spec, max_ranks)
     out = _out(spec, output_dir)
     if dry_run:
-        display.show(display.plan_table(spec, plans, _existing(plans, out)))
+        print_wide(display.plan_table(spec, plans, _existing(plans, out)))
         return
     session.check_output_dir(out, resume)
     with display.progress(len(plans)) as progress:
         matrix, report = session.run(spec, plans, out, ctx.find_root().obj, progress)
-    display.show(display.summary_table(matrix))
+    print_wide(display.summary_table(matrix))
     click.echo(f"matrix written to {out / 'matrix.json'}")
     if report:
         click.echo(f"report written to {report}")
@@ -114,11 +115,12 @@ def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resu
 @click.pass_context
 def show_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks):
     """List a matrix's cells: what runs here, what is skipped and why, the memory estimate."""
+    from mtb.console import print_wide
     from mtb.matrix import display
 
     spec = _spec(matrix_file, preset, overrides)
     plans = _plans(ctx, spec, max_ranks)
-    display.show(display.plan_table(spec, plans, _existing(plans, _out(spec, output_dir))))
+    print_wide(display.plan_table(spec, plans, _existing(plans, _out(spec, output_dir))))
 
 
 @matrix_group.command("presets")

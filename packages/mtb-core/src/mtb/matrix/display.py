@@ -2,7 +2,6 @@
 
 import contextlib
 
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -13,17 +12,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from mtb.console import stderr, stdout
+from mtb.console import stderr
 from mtb.memory import format_size
 
 COUNTED = ("ok", "failed", "oom", "timeout", "skipped")
-#: width of tables written to a file or pipe, where rich would otherwise assume 80
-PIPE_WIDTH = 200
-
-
-def show(table: Table) -> None:
-    console = stdout if stdout.is_terminal else Console(highlight=False, width=PIPE_WIDTH)
-    console.print(table)
 
 
 class CellProgress:
