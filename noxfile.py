@@ -133,7 +133,7 @@ def plugin_example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks with every package installed: results/bench.json, strategies, checkpoint, comm.
+    """Benchmarks with every package installed: bench.json, strategies, checkpoint, comm, memory.
 
     Arguments after ``--`` go to bench.py (harness overhead and start-up).
     """
@@ -145,3 +145,6 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/strategies.py", "--output", "results/strategies.json")
     session.run("python", "benchmarks/checkpoint.py", "--output", "results/checkpoint.json")
     session.run("python", "benchmarks/comm.py", "--output", "results/comm-bench.json")
+    session.run(
+        "python", "benchmarks/memory_pressure.py", "--output", "results/memory-pressure.json"
+    )
