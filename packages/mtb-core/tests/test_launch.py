@@ -57,13 +57,15 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
 def test_a_rank_killed_by_a_signal_is_blamed_before_its_peers_connection_errors():
     from mtb.launcher import _root_failure
 
-    def failure(exitcode, timestamp):
-        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp)
+    def failure(exitcode, timestamp, message="RuntimeError: Connection closed by peer"):
+        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, message=message)
 
     echo_first = {0: failure(1, 100), 1: failure(-9, 101)}
     assert _root_failure(echo_first) == 1
     assert _root_failure({0: failure(1, 101), 1: failure(1, 100)}) == 1
     assert _root_failure({0: failure(1, 100), 1: failure(1, 100)}) == 0
+    oom = "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"
+    assert _root_failure({0: failure(1, 100), 1: failure(1, 100, oom)}) == 1
 
 
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):
