@@ -66,6 +66,8 @@ def test_a_rank_killed_by_a_signal_is_blamed_before_its_peers_connection_errors(
     assert _root_failure({0: failure(1, 100), 1: failure(1, 100)}) == 0
     oom = "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"
     assert _root_failure({0: failure(1, 100), 1: failure(1, 100, oom)}) == 1
+    stopped_by_the_agent = {0: failure(-15, 100), 1: failure(1, 100)}
+    assert _root_failure(stopped_by_the_agent) == 1
 
 
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):

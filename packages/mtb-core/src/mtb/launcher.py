@@ -122,17 +122,17 @@ def _root_failure(failures: dict) -> int:
 
     Timestamps are whole seconds, so when one rank is killed or runs out of
     memory its peers' connection errors often tie with it; neither a signal
-    nor an allocation failure is ever a peer's echo.
+    nor an allocation failure is ever a peer's echo. SIGTERM is: the agent
+    stops the surviving ranks with it and lists them among the failures, so
+    those come last.
     """
-    return min(
-        failures,
-        key=lambda r: (
-            failures[r].exitcode >= 0,
-            not _out_of_memory(failures[r]),
-            failures[r].timestamp,
-            r,
-        ),
-    )
+
+    def rank_order(r):
+        code = failures[r].exitcode
+        stopped = code == -signal.SIGTERM
+        return (stopped, code >= 0, not _out_of_memory(failures[r]), failures[r].timestamp, r)
+
+    return min(failures, key=rank_order)
 
 
 def _failure_message(error) -> str:
