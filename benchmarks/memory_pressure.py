@@ -5,7 +5,9 @@ Run as ``python benchmarks/memory_pressure.py --output results/memory-pressure.j
 ``memory-pressure`` matrix through ``mtb matrix run`` with its rank count and
 cap overridden (default 2 CPU ranks, 2.5 GiB each: ``small`` fits every
 strategy, ``medium``'s replicated ddp states do not, ``large`` and ``stress``
-fail at model construction), prints one row per cell (status, error class,
+fail at model construction) and its work per cell cut to 2 steps of
+128-token sequences (model states, which decide what fits, do not depend on
+either), prints one row per cell (status, error class,
 measured model-state bytes, peak RSS, the analytic estimate and its error)
 and writes the matrix document with the run's settings and wall time.
 """
@@ -29,6 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", default="results/memory-pressure.json")
     parser.add_argument("--nproc", type=int, default=2, help="ranks per cell")
     parser.add_argument("--cap", default="2.5GiB", help="--memory-limit-per-rank of every cell")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per sequence")
+    parser.add_argument("--steps", type=int, default=2, help="steps per cell, 1 of them warmup")
     parser.add_argument("--output-dir", default="results/matrix-memory-pressure-bench")
     parser.add_argument("--timeout", type=float, default=900, help="per cell")
     return parser.parse_args(argv)
@@ -73,6 +77,8 @@ def main(argv=None) -> int:
     overrides = {
         "nproc_per_node": args.nproc,
         "memory_limit_per_rank": args.cap,
+        "seq_len": args.seq_len,
+        "steps": args.steps,
         "timeout": f"{args.timeout:g}",
     }
     cmd = [sys.executable, "-m", "mtb", "matrix", "run", "--preset", "memory-pressure"]
