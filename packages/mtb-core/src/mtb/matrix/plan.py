@@ -45,6 +45,8 @@ class Plan:
     note: str | None = None
     config: object | None = None
     estimate: dict | None = None
+    #: whether the command takes --timeout (the matrix passes its own)
+    takes_timeout: bool = True
 
 
 def find_command(cli: click.Group, path: str) -> click.Command | None:
@@ -111,12 +113,15 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
     skip = _skip(cell, command_path, command, machine, pm)
     if command is None:
         return Plan(cell, skip=skip)
-    unknown = sorted(set(cell.options) - option_names(command))
+    names = option_names(command)
+    timeout = "timeout" in names
+    unknown = sorted(set(cell.options) - names)
     if unknown:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        return Plan(cell, skip, f"mtb {command_path} has no option {flags}; the cell will fail")
+        note = f"mtb {command_path} has no option {flags}; the cell will fail"
+        return Plan(cell, skip, note, takes_timeout=timeout)
     if command_path != "run":
-        return Plan(cell, skip)
+        return Plan(cell, skip, takes_timeout=timeout)
     try:
         config = resolve_run(command, cell, pm)
         strategy = pm.registry("strategy").items[config.strategy].item

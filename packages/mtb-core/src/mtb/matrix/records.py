@@ -6,6 +6,8 @@ document, wherever it came from, is the file the row names.
 
 from collections import Counter
 
+import attrs
+
 from mtb.results import SCHEMA_VERSION, STATUSES, estimate_error
 
 
@@ -67,8 +69,6 @@ def counts(rows: list[dict]) -> dict:
 
 def document(spec, rows: list[dict], total: int, provenance: dict, plugins: list) -> dict:
     """The matrix document; status ``ok`` once every cell has a row, else ``failed``."""
-    import attrs
-
     done = len(rows) == total
     return {
         "kind": "matrix",

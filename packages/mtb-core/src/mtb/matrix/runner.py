@@ -105,9 +105,9 @@ def _last_error(log: Path) -> str:
     return errors[-1] if errors else next((line for line in reversed(lines) if line), "")
 
 
-def own_document(command: str, cell, status: str, error: str, kind_of) -> dict:
+def own_document(command: str, cell, status: str, error: str, returncode: int | None) -> dict:
     """The result of a cell whose process left none (killed, or refused its flags)."""
-    error_kind = "usage" if status == "failed" and kind_of == USAGE_EXIT else None
+    error_kind = "usage" if status == "failed" and returncode == USAGE_EXIT else None
     return {
         "kind": "matrix_cell",
         "schema_version": SCHEMA_VERSION,

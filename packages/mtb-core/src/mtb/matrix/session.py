@@ -5,6 +5,7 @@ interrupted matrix leaves an honest partial one; ``--resume`` reuses every
 cell whose result file is complete and runs the rest.
 """
 
+import contextlib
 import json
 import signal
 from pathlib import Path
@@ -41,7 +42,7 @@ def check_output_dir(out: Path, resume: bool) -> None:
 
 def _argv(spec, plan) -> list[str]:
     argv = plan.cell.argv()
-    if "timeout" not in plan.cell.options:
+    if plan.takes_timeout and "timeout" not in plan.cell.options:
         argv += ["--timeout", f"{spec.timeout_s:g}"]
     return argv
 
@@ -119,5 +120,7 @@ def run(spec, plan_list: list, out: Path, pm, progress) -> tuple[dict, Path | No
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     prov["end_utc"] = provenance.utc_now()
+    with contextlib.suppress(OSError):  # empty once every cell is over
+        (out / "running").rmdir()
     matrix = save()
     return matrix, _write_report(pm, out, matrix, documents)
