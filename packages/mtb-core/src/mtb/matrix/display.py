@@ -59,6 +59,12 @@ def _percent(value) -> str:
     return "n/a" if value is None else f"{value * 100:+.1f} %"
 
 
+def _short(text: str | None, limit: int = 60) -> str:
+    if not text:
+        return ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _rate(value) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
@@ -91,6 +97,7 @@ def summary_table(matrix: dict) -> Table:
         "est. error",
         "peak RSS",
         "CUDA max alloc",
+        "error",
     )
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -106,5 +113,6 @@ def summary_table(matrix: dict) -> Table:
             _percent(row.get("model_state_estimate_error")),
             format_size(rss),
             format_size(row.get("cuda_max_allocated_bytes")),
+            _short(row.get("error")),
         )
     return table
