@@ -3,12 +3,14 @@
 Run as ``python benchmarks/memory_pressure.py --output results/memory-pressure.json``
 (the nox session ``bench`` runs it last). It runs the shipped
 ``memory-pressure`` matrix through ``mtb matrix run`` with its rank count and
-cap overridden (default 2 CPU ranks, 2.5 GiB each: ``small`` fits every
-strategy, ``medium``'s replicated ddp states do not, ``large`` and ``stress``
-fail at model construction) and its work per cell cut to 2 steps of
-128-token sequences (model states, which decide what fits, do not depend on
-either), prints one row per cell (status, error class,
-measured model-state bytes, peak RSS, the analytic estimate and its error)
+cap overridden (default 2 CPU ranks, 2.5 GiB each) and its work per cell cut
+to 2 steps of 128-token sequences (model states, which decide what fits, do
+not depend on either). Measured here: ``small`` fits ddp and fsdp,
+``medium`` fits fsdp but not ddp's replicated states, ``large`` and
+``stress`` fail while the model is built; the ZeRO stages run out on
+DeepSpeed's default 5e8-element communication buckets (2 GB fp32 buffers),
+not on model states. It prints one row per cell (status, error class,
+measured model-state bytes, the analytic estimate and its error, peak RSS)
 and writes the matrix document with the run's settings and wall time.
 """
 
