@@ -144,7 +144,8 @@ def plugin_example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks with every package installed: bench.json, strategies, checkpoint, comm, profiling.
+    """Benchmarks with every package installed: bench.json, strategies, checkpoint, comm,
+    profiling, memory pressure.
 
     Arguments after ``--`` go to bench.py (harness overhead and start-up).
     """
@@ -157,3 +158,6 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/checkpoint.py", "--output", "results/checkpoint.json")
     session.run("python", "benchmarks/comm.py", "--output", "results/comm-bench.json")
     session.run("python", "benchmarks/profiling.py", "--output", "results/profiling.json")
+    session.run(
+        "python", "benchmarks/memory_pressure.py", "--output", "results/memory-pressure.json"
+    )

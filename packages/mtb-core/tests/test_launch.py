@@ -57,14 +57,17 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
 def test_a_killed_rank_is_blamed_before_peers_that_failed_or_were_stopped():
     from mtb.launcher import _root_failure
 
-    def failure(exitcode, timestamp):
-        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp)
+    def failure(exitcode, timestamp, message="RuntimeError: Connection closed by peer"):
+        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, message=message)
 
     echo_first = {0: failure(1, 100), 1: failure(-9, 101)}
     assert _root_failure(echo_first) == 1
     assert _root_failure({0: failure(1, 101), 1: failure(1, 100)}) == 1
     assert _root_failure({0: failure(1, 100), 1: failure(1, 100)}) == 0
-    assert _root_failure({0: failure(-15, 100), 1: failure(1, 101)}) == 1  # agent's SIGTERM
+    oom = "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"
+    assert _root_failure({0: failure(1, 100), 1: failure(1, 100, oom)}) == 1
+    stopped_by_the_agent = {0: failure(-15, 100), 1: failure(1, 100)}
+    assert _root_failure(stopped_by_the_agent) == 1
 
 
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):

@@ -21,6 +21,7 @@ SYNC_MODES = ("auto", "every", "last")
 LR_SCHEDULES = ("constant", "cosine")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
+EVIDENCE = ("exploratory", "formal")
 
 
 def setting(
@@ -54,6 +55,18 @@ def setting(
 def _path(instance, attribute) -> str:
     section = getattr(type(instance), "SECTION", "")
     return f"{section}.{attribute.name}" if section else attribute.name
+
+
+def _size(instance, attribute, value):
+    from mtb.memory import parse_size
+
+    if value is None:
+        return
+    try:
+        if parse_size(value) <= 0:
+            raise ValueError(f"must be > 0, got {value!r}")
+    except ValueError as error:
+        raise ConfigError(_path(instance, attribute), str(error)) from None
 
 
 def _one_of(choices):
@@ -203,6 +216,13 @@ class LaunchConfig:
     backend: str = setting(
         "auto", help="process-group backend (auto: nccl on cuda, gloo on cpu)", choices=BACKENDS
     )
+    memory_limit_per_rank: str | None = setting(
+        None,
+        help="cap each worker's memory (RLIMIT_DATA), e.g. 2GiB; past it allocations fail "
+        "and the run ends with status oom",
+        shown_default="no cap",
+        validator=_size,
+    )
 
     @property
     def world_size(self) -> int:
@@ -344,6 +364,12 @@ class RunConfig:
         minimum=0.0,
         shown_default="GPU table, else measured CPU matmul",
     )
+    evidence: str = setting(
+        "exploratory",
+        help="formal: refuse a dirty git tree, a missing revision or an image built from "
+        "another revision",
+        choices=EVIDENCE,
+    )
     model: ModelConfig = attrs.field(metadata={"section": True})
     data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})
     training: TrainingConfig = attrs.field(factory=TrainingConfig, metadata={"section": True})
@@ -482,6 +508,17 @@ def _leaf_error(error: BaseException, path: str) -> ConfigError:
         name = str(notes[0].name) if notes else ""
         return _leaf_error(sub, f"{path}.{name}" if path and name else path or name)
     return ConfigError(path or "config", str(error))
+
+
+def structure_into(cls, raw: dict, where: str = ""):
+    """``raw`` as a validated ``cls``: an unknown key or a bad value is one ConfigError."""
+    _check_keys(raw, cls, where)
+    try:
+        return converter.structure(raw, cls)
+    except ConfigError:
+        raise
+    except Exception as error:  # cattrs wraps field errors in exception groups
+        raise _leaf_error(error, where) from None
 
 
 def structure(raw: dict) -> RunConfig:

@@ -55,6 +55,16 @@ def summary_table(document: dict) -> Table:
     return table
 
 
+#: width of tables written to a file or pipe, where rich would otherwise assume 80 columns
+PIPE_WIDTH = 200
+
+
+def print_wide(table: Table) -> None:
+    """A table on stdout, unwrapped up to PIPE_WIDTH columns when stdout is not a terminal."""
+    console = stdout if stdout.is_terminal else Console(highlight=False, width=PIPE_WIDTH)
+    console.print(table)
+
+
 def progress_line(text: str) -> None:
     """A progress message on stderr (never mixed into stdout's table)."""
     stderr.print(text)

@@ -20,9 +20,9 @@ from pathlib import Path
 import attrs
 
 from mtb import config as config_mod
-from mtb import provenance
+from mtb import gpu_guard, memory, provenance
 from mtb.errors import RunFailed, UsageError, one_line
-from mtb.results import failure_document, failure_status
+from mtb.results import OOM_MARKERS, failure_document, failure_status
 
 
 class LaunchTimeout(Exception):
@@ -58,6 +58,10 @@ def preflight(config, pm) -> None:
     resolve_backend(config.launch.backend, device_type)
     strategy.check(config, device_type)
     lifecycle.preflight(config, pm, strategy)
+    provenance.check_evidence(config.evidence)
+    os.environ.pop(gpu_guard.RECORD_VARIABLE, None)
+    if device_type == "cuda":
+        gpu_guard.check()
 
 
 def _free_port() -> int:
@@ -141,21 +145,26 @@ def _elastic_config(launch, log_dir: str):
     )
 
 
-def _blame_order(failure) -> int:
-    """0: killed by a signal; 1: exited with an error; 2: SIGTERM, the agent stopping peers."""
-    if failure.exitcode == -signal.SIGTERM:
-        return 2
-    return 0 if failure.exitcode < 0 else 1
+def _out_of_memory(failure) -> bool:
+    return any(marker in (failure.message or "").lower() for marker in OOM_MARKERS)
 
 
 def _root_failure(failures: dict) -> int:
-    """The rank to blame: the earliest of the most causal kind of failure.
+    """The rank to blame: one killed by a signal, else one out of memory, else the earliest.
 
-    Timestamps are whole seconds, so when one rank is killed its peers'
-    connection errors often tie with it; a kill is never a peer's echo, and
-    SIGTERM is what the agent sends the survivors.
+    Timestamps are whole seconds, so when one rank is killed or runs out of
+    memory its peers' connection errors often tie with it; neither a signal
+    nor an allocation failure is ever a peer's echo. SIGTERM is: the agent
+    stops the surviving ranks with it and lists them among the failures, so
+    those come last.
     """
-    return min(failures, key=lambda r: (_blame_order(failures[r]), failures[r].timestamp, r))
+
+    def rank_order(r):
+        code = failures[r].exitcode
+        stopped = code == -signal.SIGTERM
+        return (stopped, code >= 0, not _out_of_memory(failures[r]), failures[r].timestamp, r)
+
+    return min(failures, key=rank_order)
 
 
 def _failure_message(error) -> str:
@@ -226,6 +235,7 @@ def run_function(launch, function, *args):
     """
     from mtb.distributed import launched_by_torchrun
 
+    memory.apply(launch)
     if launched_by_torchrun():
         with deadline(launch.timeout_s):
             return function(*args)
@@ -283,6 +293,7 @@ def launch(config, pm) -> dict | None:
     """Run ``config``; a failure leaves a failure document and raises RunFailed."""
     from mtb.distributed import launched_by_torchrun
 
+    memory.apply(config.launch)  # inherited by every worker started below
     config = prepare(config, pm)
     if not launched_by_torchrun():
         preflight(config, pm)

@@ -20,6 +20,7 @@ IMAGE_VARIABLES = (
     "MTB_IMAGE_CREATED",
 )
 COMMAND_LINE_VARIABLE = "MTB_COMMAND_LINE"
+ALLOW_UNVERIFIED_VARIABLE = "ALLOW_UNVERIFIED_PROVENANCE"
 
 
 def utc_now() -> str:
@@ -121,6 +122,51 @@ def node() -> dict:
     }
 
 
+def evidence_problems(git: dict, image: dict) -> list[str]:
+    """Why a result could not be traced to one commit: what ``--evidence formal`` refuses."""
+    revision = git.get("revision")
+    if not revision:
+        return ["no git revision (mtb is not run from a git checkout)"]
+    problems = ["the git tree has uncommitted changes"] if git.get("dirty") else []
+    built_from = image.get("MTB_IMAGE_REVISION")
+    if built_from and built_from != revision:
+        problems.append(f"the image was built from {built_from}, HEAD is {revision}")
+    return problems
+
+
+def unverified_allowed() -> bool:
+    return os.environ.get(ALLOW_UNVERIFIED_VARIABLE) == "1"
+
+
+def check_evidence(mode: str) -> None:
+    """Refuse a formal run whose provenance has problems, unless explicitly allowed."""
+    from mtb.errors import UsageError
+
+    if mode != "formal" or unverified_allowed():
+        return
+    problems = evidence_problems(git_info(), image_info())
+    if problems:
+        raise UsageError(
+            f"evidence: formal runs need a clean, identified checkout: {'; '.join(problems)} "
+            f"(set {ALLOW_UNVERIFIED_VARIABLE}=1 to run anyway, marked unverified)"
+        )
+
+
+def evidence_fields(mode: str, provenance: dict) -> dict:
+    """``evidence`` and ``verified`` of a result: None when exploratory (never checked)."""
+    problems = provenance.get("evidence_problems") or []
+    return {"evidence": mode, "verified": None if mode == "exploratory" else not problems}
+
+
 def collect(plugins: list[dict]) -> dict:
     """The provenance block of a result document (start and end are added by the caller)."""
-    return {"command": command_line(), **node(), "plugins": plugins}
+    from mtb import gpu_guard
+
+    here = node()
+    return {
+        "command": command_line(),
+        **here,
+        "evidence_problems": evidence_problems(here["git"], here["image"]),
+        "gpu_guard": gpu_guard.recorded(),
+        "plugins": plugins,
+    }

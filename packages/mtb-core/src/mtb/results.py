@@ -6,6 +6,7 @@ averaged across different configs.
 """
 
 import math
+import re
 
 import attrs
 import cattrs
@@ -69,6 +70,11 @@ class RunResult:
     profile: dict | None = None
     #: a profiled run's per-rank operator rows (rank, name, total_ms, count) for reports
     rows: list[dict] | None = None
+    #: what kind of failure (cpu_oom, cuda_oom, timeout, an exception type); None when ok
+    error_class: str | None = None
+    #: the run's --evidence mode, and whether its provenance passed the formal gate
+    evidence: str = "exploratory"
+    verified: bool | None = None
 
 
 def document_kind(config) -> str:
@@ -201,7 +207,10 @@ def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
     return summary
 
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "outofmemoryerror")
+CUDA_OOM_MARKERS = ("cuda out of memory", "outofmemoryerror")
+CPU_OOM_MARKERS = ("can't allocate memory", "cannot allocate memory", "memoryerror", "bad_alloc")
+OOM_MARKERS = (*CUDA_OOM_MARKERS, *CPU_OOM_MARKERS, "out of memory")
+EXCEPTION_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b")
 
 
 def failure_status(message: str) -> str:
@@ -210,10 +219,27 @@ def failure_status(message: str) -> str:
     return "oom" if any(marker in lowered for marker in OOM_MARKERS) else "failed"
 
 
+def error_class(status: str, message: str | None) -> str | None:
+    """``cuda_oom``, ``cpu_oom``, ``timeout``, the exception's type name, or ``failed``."""
+    if status in ("ok", "skipped"):
+        return None
+    if status == "timeout":
+        return "timeout"
+    lowered = (message or "").lower()
+    if any(marker in lowered for marker in CUDA_OOM_MARKERS):
+        return "cuda_oom"
+    if status == "oom" or any(marker in lowered for marker in CPU_OOM_MARKERS):
+        return "cpu_oom"
+    name = EXCEPTION_NAME.search(message or "")
+    return name.group(1) if name else "failed"
+
+
 def failure_document(
     status: str, error: str, config, plugins: list[dict], provenance: dict
 ) -> dict:
     """A result for a run that produced no numbers, so the failure is never lost."""
+    from mtb.provenance import evidence_fields
+
     return to_document(
         RunResult(
             kind=document_kind(config),
@@ -228,5 +254,7 @@ def failure_document(
             model={},
             trials=[],
             summary={},
+            error_class=error_class(status, error),
+            **evidence_fields(config.evidence, provenance),
         )
     )

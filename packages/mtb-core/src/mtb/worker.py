@@ -13,7 +13,7 @@ import sys
 import time
 
 from mtb import config as config_mod
-from mtb import distributed, provenance
+from mtb import distributed, memory, provenance
 from mtb.checkpoint.state import combine_digests
 from mtb.errors import one_line
 from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
@@ -149,6 +149,8 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         "peak_flops_per_device": peak,
         "peak_flops_source": peaks[0][1][1],
         "peak_flops_per_rank": peak_values,
+        "memory_limit_bytes": memory.current_cap(),
+        "malloc_mmap_threshold": os.environ.get(memory.MMAP_THRESHOLD_VARIABLE),
     }
     model = {
         "parameters": parameter_count(cfg.model),
@@ -179,6 +181,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         ),
         profile=profile,
         rows=profiling.rows(profiles) if profiles else None,
+        **provenance.evidence_fields(cfg.evidence, prov),
     )
     return to_document(result)
 
@@ -245,9 +248,8 @@ def record_error(error: BaseException) -> None:
     message = one_line(error)
     print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr)
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if error_file:
-        with open(error_file, "w", encoding="utf-8") as handle:
-            json.dump({"message": message, "timestamp": int(time.time())}, handle)
+    if error_file:  # whole or not at all: an out-of-memory rank may fail while writing
+        write_atomic(error_file, json.dumps({"message": message, "timestamp": int(time.time())}))
 
 
 def main(argv: list[str] | None = None) -> int:

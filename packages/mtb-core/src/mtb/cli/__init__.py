@@ -24,6 +24,8 @@ def make_cli(pm) -> click.Group:
     from mtb import __version__
     from mtb.cli.checkpoint_command import checkpoint_group
     from mtb.cli.doctor_command import doctor_command
+    from mtb.cli.estimate_command import estimate_command
+    from mtb.cli.matrix_command import matrix_group
     from mtb.cli.plugins_command import plugins_command
     from mtb.cli.run_command import build_run_command
     from mtb.fault.command import fault_group
@@ -46,6 +48,8 @@ def make_cli(pm) -> click.Group:
     cli.add_command(fault_group)
     cli.add_command(checkpoint_group)
     cli.add_command(doctor_command)
+    cli.add_command(matrix_group)
+    cli.add_command(estimate_command)
     pm.hook.mtb_register_commands(cli=cli)
     return cli
 

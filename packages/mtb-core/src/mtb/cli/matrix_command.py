@@ -1,0 +1,132 @@
+"""``mtb matrix run|show|presets``: declarative sweeps, each cell its own process."""
+
+from pathlib import Path
+
+import click
+
+from mtb.errors import UsageError
+
+
+def _spec(path: str | None, preset: str | None, overrides: tuple[str, ...]):
+    from mtb.matrix import spec as spec_mod
+
+    if bool(path) == bool(preset):
+        raise UsageError("matrix: give a MATRIX.toml file or --preset NAME (one of them)")
+    spec = spec_mod.load_preset(preset) if preset else spec_mod.load(path)
+    return spec_mod.with_overrides(spec, [spec_mod.parse_override(o) for o in overrides])
+
+
+def _plans(ctx, spec, max_ranks):
+    from mtb.matrix.cells import expand
+    from mtb.matrix.plan import this_machine
+    from mtb.matrix.session import plans
+
+    root = ctx.find_root()
+    return plans(spec, expand(spec), root.command, root.obj, this_machine(max_ranks))
+
+
+def _out(spec, output_dir: str | None) -> Path:
+    return Path(output_dir or Path("results") / f"matrix-{spec.name}")
+
+
+def _existing(plans, out: Path) -> dict:
+    from mtb.matrix.runner import complete
+    from mtb.matrix.session import result_path
+
+    found = {}
+    for plan in plans:
+        document = complete(result_path(out, plan.cell))
+        if document:
+            found[plan.cell.id] = document["status"]
+    return found
+
+
+def source_options(command):
+    options = (
+        click.argument("matrix_file", required=False, type=click.Path(dir_okay=False)),
+        click.option("--preset", help="a matrix shipped with mtb (see `mtb matrix presets`)"),
+        click.option(
+            "--set",
+            "overrides",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="lay an option over every cell (fixes an axis of that name); repeatable",
+        ),
+        click.option(
+            "--output-dir",
+            help="where cell results, logs, matrix.json and report.md go  "
+            "[default: results/matrix-<name>]",
+        ),
+        click.option(
+            "--max-ranks",
+            type=click.IntRange(min=1),
+            help="ranks this machine may run  [default: CPU cores, or CUDA devices]",
+        ),
+    )
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.group("matrix")
+def matrix_group():
+    """Declarative sweeps of mtb commands: each cell its own process, resumable."""
+
+
+@matrix_group.command("run")
+@source_options
+@click.option("--resume", is_flag=True, help="reuse complete cell results, run the missing ones")
+@click.option("--dry-run", is_flag=True, help="print the plan and exit without running")
+@click.pass_context
+def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resume, dry_run):
+    """Run every cell of a matrix (a TOML file, or --preset NAME).
+
+    Each cell runs `mtb COMMAND ...` in its own process under the matrix's
+    timeout; a failure, out-of-memory or timeout is recorded with its status
+    and error class and the matrix goes on. Cells this machine cannot host
+    are skipped with the reason. Writes cells/<id>.json, logs/<id>.log and
+    matrix.json under --output-dir, prints a summary table and, when a
+    markdown reporter is installed (mtb-report), writes report.md. Exit 0
+    when every cell has a result and none failed unexpectedly, 1 otherwise.
+    """
+    from mtb.console import print_wide
+    from mtb.errors import RunFailed
+    from mtb.matrix import display, session
+
+    spec = _spec(matrix_file, preset, overrides)
+    plans = _plans(ctx, spec, max_ranks)
+    out = _out(spec, output_dir)
+    if dry_run:
+        print_wide(display.plan_table(spec, plans, _existing(plans, out)))
+        return
+    session.check_output_dir(out, resume)
+    with display.progress(len(plans)) as progress:
+        matrix, report = session.run(spec, plans, out, ctx.find_root().obj, progress)
+    print_wide(display.summary_table(matrix))
+    click.echo(f"matrix written to {out / 'matrix.json'}")
+    if report:
+        click.echo(f"report written to {report}")
+    if matrix["counts"]["failed"]:
+        raise RunFailed(f"{matrix['counts']['failed']} cell(s) failed; see {out / 'logs'}")
+
+
+@matrix_group.command("show")
+@source_options
+@click.pass_context
+def show_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks):
+    """List a matrix's cells: what runs here, what is skipped and why, the memory estimate."""
+    from mtb.console import print_wide
+    from mtb.matrix import display
+
+    spec = _spec(matrix_file, preset, overrides)
+    plans = _plans(ctx, spec, max_ranks)
+    print_wide(display.plan_table(spec, plans, _existing(plans, _out(spec, output_dir))))
+
+
+@matrix_group.command("presets")
+def presets_command():
+    """List the matrices shipped with mtb and what each measures."""
+    from mtb.matrix.spec import load_preset, preset_names
+
+    for name in preset_names():
+        click.echo(f"{name}: {load_preset(name).description}")
