@@ -121,3 +121,16 @@ def test_the_image_variables_show_in_every_result_provenance(monkeypatch):
     image = provenance.collect([])["image"]
     assert {k: image[k] for k in stamped} == stamped
     assert Path(BUILD).stat().st_mode & stat.S_IEXEC
+
+
+def test_the_formal_gate_compares_the_image_revision_with_head(monkeypatch):
+    from mtb.errors import UsageError
+
+    monkeypatch.delenv("ALLOW_UNVERIFIED_PROVENANCE", raising=False)
+    monkeypatch.setenv("MTB_IMAGE_REVISION", "0" * 40)
+    with pytest.raises(UsageError, match=f"the image was built from {'0' * 40}, HEAD is {head()}"):
+        provenance.check_evidence("formal")
+    provenance.check_evidence("exploratory")  # never checked
+    monkeypatch.setenv("MTB_IMAGE_REVISION", head())
+    problems = provenance.evidence_problems(provenance.git_info(), provenance.image_info())
+    assert not [p for p in problems if "image" in p]
