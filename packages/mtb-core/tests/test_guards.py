@@ -160,7 +160,7 @@ def fake_smi(monkeypatch, used_mib: int):
         "--query-compute-apps=gpu_uuid,pid,used_memory": [["GPU-a", "999999", str(used_mib)]],
     }
     monkeypatch.setattr(gpu_guard.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(gpu_guard, "_query", lambda query: rows[query])
+    monkeypatch.setattr(gpu_guard, "nvidia_smi", lambda query: rows[query])
     monkeypatch.delenv(gpu_guard.ALLOW_VARIABLE, raising=False)
     monkeypatch.delenv(gpu_guard.RECORD_VARIABLE, raising=False)
 

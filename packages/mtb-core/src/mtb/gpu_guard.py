@@ -20,7 +20,8 @@ ALLOW_VARIABLE = "ALLOW_BUSY_GPUS"
 RECORD_VARIABLE = "MTB_GPU_GUARD"
 
 
-def _query(*args: str) -> list[list[str]] | None:
+def nvidia_smi(*args: str) -> list[list[str]] | None:
+    """CSV rows of an ``nvidia-smi`` query; None without a working nvidia-smi."""
     try:
         done = subprocess.run(
             ["nvidia-smi", *args, "--format=csv,noheader,nounits"],
@@ -52,8 +53,8 @@ def foreign_usage() -> list[dict] | None:
     """
     if shutil.which("nvidia-smi") is None:
         return None
-    gpus = _query("--query-gpu=index,uuid,memory.used")
-    apps = _query("--query-compute-apps=gpu_uuid,pid,used_memory")
+    gpus = nvidia_smi("--query-gpu=index,uuid,memory.used")
+    apps = nvidia_smi("--query-compute-apps=gpu_uuid,pid,used_memory")
     if gpus is None or apps is None:
         return None
     usage = []

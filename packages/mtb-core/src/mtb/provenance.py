@@ -69,20 +69,10 @@ def cpu_info() -> dict:
 
 
 def _nvidia_driver() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = done.stdout.strip().splitlines()
-    return lines[0].strip() if done.returncode == 0 and lines else None
+    from mtb.gpu_guard import nvidia_smi
+
+    rows = nvidia_smi("--query-gpu=driver_version")
+    return rows[0][0] if rows else None
 
 
 def torch_info() -> dict:

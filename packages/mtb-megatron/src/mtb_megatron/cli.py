@@ -12,13 +12,12 @@ from pathlib import Path
 import attrs
 import click
 
-from mtb.cli.config_options import SEPARATOR, option_for
+from mtb.cli.config_options import LAUNCH, option_for, split_launch
 from mtb.config import LaunchConfig
 from mtb.errors import ConfigError
 from mtb_megatron import config as cfg
 from mtb_megatron.topology import all_topologies, parse_topologies, parse_topology
 
-LAUNCH = "launch"
 #: launch settings that mean something to torchrun around Megatron (it always uses CUDA/NCCL)
 RUN_LAUNCH = (
     "nproc_per_node",
@@ -46,14 +45,7 @@ def _options(cls, launch: tuple[str, ...]):
 
 def _split(params: dict) -> tuple[dict, LaunchConfig]:
     """The flags given (None: not given, the default applies) and core's launch settings."""
-    values, launch = {}, {}
-    for name, value in params.items():
-        if value is None:
-            continue
-        if name.startswith(LAUNCH + SEPARATOR):
-            launch[name.split(SEPARATOR, 1)[1]] = value
-        else:
-            values[name] = value
+    launch, values = split_launch(params)
     return values, LaunchConfig(**launch)
 
 
