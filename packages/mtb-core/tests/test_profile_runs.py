@@ -23,6 +23,7 @@ def test_single_rank_profile_writes_a_trace_summaries_and_a_profile_document(inv
     out = tmp_path / "p.json"
     done = invoke("profile", *PROFILE, "--output", out)
     assert done.exit_code == 0, done.output
+    assert "mtb profile (torch): strategy single" in done.output
     doc = read_json(out)
     assert doc["kind"] == "profile" and doc["status"] == "ok"
     directory = tmp_path / "p-profile"

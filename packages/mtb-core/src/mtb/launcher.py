@@ -265,8 +265,9 @@ def announce(config) -> None:
 
     if os.environ.get("RANK", "0") != "0":
         return
+    command = f"mtb profile ({config.profile.profiler})" if config.profile.enabled else "mtb run"
     print(
-        f"mtb run: strategy {config.strategy}, preset {config.preset}, "
+        f"{command}: strategy {config.strategy}, preset {config.preset}, "
         f"{parameter_count(config.model) / 1e6:,.2f}M parameters, "
         f"world size {os.environ.get('WORLD_SIZE', config.launch.world_size)}",
         file=sys.stderr,
