@@ -160,3 +160,16 @@ def test_an_unreachable_endpoint_fails_within_the_timeout(hosts, tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"Error: launch.rdzv_endpoint: nothing answered at {nowhere} within 5 s")
     assert json.loads(out.read_text())["status"] == "failed"
+
+
+def test_comm_across_the_hosts_writes_one_result_with_both_nodes(hosts, tmp_path):
+    outputs = {host: tmp_path / f"comm-{host}.json" for host in "AB"}
+    args = ["comm", "--operations", "all_reduce,all_to_all", "--sizes", "1K", "--iters", 2]
+    finished = hosts.both([*args, "--warmup", 1, "--timeout", 120], outputs)
+    for host, proc in finished.items():
+        assert proc.returncode == 0, f"{host}: {proc.stdout}{proc.stderr}"
+    assert not outputs["B"].exists()
+    doc = json.loads(outputs["A"].read_text())
+    assert (doc["status"], doc["environment"]["world_size"]) == ("ok", 2)
+    assert [n["node_rank"] for n in doc["provenance"]["nodes"]] == [0, 1]
+    assert all(m["wrong_elements"] == 0 for m in doc["measurements"])
