@@ -12,11 +12,11 @@ as a synchronous one.
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from harness import run_mtb
 from rich.console import Console
 from rich.table import Table
 
@@ -40,16 +40,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def mtb_run(args, out: Path, *extra: str) -> dict:
-    cmd = [
-        sys.executable, "-m", "mtb", "run", "--strategy", args.strategy, "--preset", args.preset,
+    run = [
+        "run", "--strategy", args.strategy, "--preset", args.preset,
         "--nproc-per-node", str(args.nproc), "--device", "cpu", "--warmup-steps",
-        str(args.warmup_steps), "--timeout", str(args.timeout), "--output", str(out), *extra,
+        str(args.warmup_steps), "--timeout", str(args.timeout), *extra,
     ]  # fmt: skip
-    print("running", " ".join(cmd[3:]), file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60)
-    if done.returncode != 0:
-        raise SystemExit(f"checkpoint bench: run failed: {done.stderr.strip()[-500:]}")
-    return json.loads(out.read_text())
+    return run_mtb("checkpoint", run, out, args.timeout)
 
 
 def measure(args, workdir: Path) -> dict:

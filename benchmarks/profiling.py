@@ -11,12 +11,12 @@ p50 step time of the ``small`` preset.
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness import run_mtb
 from rich.console import Console
 from rich.table import Table
 
@@ -40,17 +40,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def mtb_profile(args, strategy: str, nproc: int, out: Path) -> dict:
     steps = args.warmup_steps + 1 + args.active_steps
-    cmd = [
-        sys.executable, "-m", "mtb", "profile", "--strategy", strategy, "--preset", args.preset,
+    profile = [
+        "profile", "--strategy", strategy, "--preset", args.preset,
         "--nproc-per-node", str(nproc), "--device", "cpu", "--steps", str(steps),
         "--warmup-steps", str(args.warmup_steps), "--profile-active", str(args.active_steps),
-        "--timeout", str(args.timeout), "--output", str(out),
+        "--timeout", str(args.timeout),
     ]  # fmt: skip
-    print("running", " ".join(cmd[3:]), file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60)
-    if done.returncode != 0:
-        raise SystemExit(f"profiling bench: run failed: {done.stderr.strip()[-500:]}")
-    return json.loads(out.read_text())
+    return run_mtb("profiling", profile, out, args.timeout)
 
 
 def trace_cost(profile: dict) -> dict:
