@@ -5,7 +5,7 @@ import resource
 import shutil
 from pathlib import Path
 
-from mtb.doctor.check import OK, SKIPPED, WARN, Check
+from mtb.doctor.check import OK, WARN, Check
 from mtb.provenance import cpu_info
 
 AREA = "host"
@@ -89,10 +89,6 @@ def ulimits() -> Check:
         message = "; ".join(problems)
     status = WARN if problems else OK
     return Check(name="ulimits", area=AREA, status=status, message=message, details=details)
-
-
-def skipped(name: str, area: str, reason: str) -> Check:
-    return Check(name=name, area=area, status=SKIPPED, message=reason)
 
 
 def checks() -> list[Check]:
