@@ -137,7 +137,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     ]
     plugins = plugin_list(pm)
     prov = {
-        **provenance.collect(plugins),
+        **provenance.collect(plugins, provenance.allowed_registries(cfg.allow_registry)),
         "nodes": nodes,
         "start_utc": started,
         "end_utc": provenance.utc_now(),
