@@ -34,7 +34,7 @@ def _bytes(stat: dict) -> str:
 
 def _mfu(stat: dict) -> str:
     text = _fmt(stat, scale=100.0, digits=2)
-    return f"{text} (above peak!)" if above_peak(stat) else text
+    return f"{text} (above peak!)" if above_peak((stat or {}).get("max")) else text
 
 
 def summary_table(document: dict) -> Table:
@@ -65,7 +65,7 @@ def summary_table(document: dict) -> Table:
         rows.append(("CUDA max allocated", _bytes(summary["cuda_max_allocated_bytes"])))
     for row in rows:
         table.add_row(*row)
-    if above_peak(summary["mfu"]):
+    if above_peak((summary["mfu"] or {}).get("max")):
         table.caption = ABOVE_PEAK
     return table
 

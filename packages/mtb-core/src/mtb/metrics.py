@@ -78,9 +78,9 @@ def mfu(tokens_per_s_per_device: float, flops_per_token: int, peak_flops: float 
     return tokens_per_s_per_device * flops_per_token / peak_flops
 
 
-def above_peak(mfu_series: dict | None) -> bool:
-    """Whether any trial's MFU exceeds 100 %: the peak it divides by cannot be the device's."""
-    return bool(mfu_series) and (mfu_series.get("max") or 0.0) > 1.0
+def above_peak(mfu_value: float | None) -> bool:
+    """Whether an MFU exceeds 100 %: the peak it divides by cannot be the device's."""
+    return mfu_value is not None and mfu_value > 1.0
 
 
 # Dense (non-sparse) peak TFLOP/s per GPU model and compute dtype.

@@ -1,5 +1,6 @@
 """The report model from result documents: sections per environment, tables per group."""
 
+from mtb.metrics import above_peak
 from mtb_report import grouping
 from mtb_report.formatting import DASH, cell, mean_std, number, percent, size
 from mtb_report.kinds import kind_tables
@@ -61,18 +62,13 @@ def against_ddp(record: dict, records: list[dict], key: str) -> float | None:
     return (record[key] - ddp[key]) / ddp[key]
 
 
-def above_peak(record: dict) -> bool:
-    """An MFU above 100 % means the peak it divides by is not the device's."""
-    return (record["mfu"] or 0.0) > 1.0
-
-
 def notes(record: dict) -> str:
     flags = []
     if record["single_run"]:
         flags.append("single run")
     if record["noisy"]:
         flags.append(f"noisy (CV {percent(record['tokens_per_s_cv'])})")
-    if above_peak(record):
+    if above_peak(record["mfu"]):
         flags.append("MFU above 100 %: peak too low")
     return "; ".join(flags) or DASH
 
@@ -89,7 +85,7 @@ def train_row(record: dict, records: list[dict]) -> list[str]:
         number(record["optimizer_ms"], 2),
         number(record["step_ms"], 2),
         mean_std(record["tokens_per_s"], record["tokens_per_s_std"], repeated, 0),
-        percent(record["mfu"], 2) + (" (above peak!)" if above_peak(record) else ""),
+        percent(record["mfu"], 2) + (" (above peak!)" if above_peak(record["mfu"]) else ""),
         size(record["peak_memory_bytes"]),
         size(record["model_state_bytes"]),
         percent(scaling_efficiency(record, records)),
