@@ -1,5 +1,7 @@
 """nccl-tests arithmetic against hand-computed values, and size parsing."""
 
+from pathlib import Path
+
 import pytest
 
 from mtb.errors import ConfigError
@@ -57,6 +59,20 @@ def test_a_size_measured_at_other_bytes_gets_one_line_naming_both():
         "mtb comm: size 1024 B is measured as 1020 B for all_gather (whole float32 elements, "
         "at least one per rank, a multiple of 3 ranks where the operation splits the buffer)"
     ]
+
+
+def nccl_tests_split_count(size_bytes: int, itemsize: int, nranks: int) -> int:
+    """nccl-tests' all_gather/reduce_scatter/alltoall element count (src/*.cu GetCollByteCount)."""
+    per_rank = (size_bytes // itemsize // nranks) & ~(16 // itemsize - 1)
+    return per_rank * nranks
+
+
+def test_comm_md_states_the_rounding_difference_from_nccl_tests():
+    docs = (Path(__file__).parents[3] / "docs" / "comm.md").read_text()
+    ours, theirs = element_count("all_gather", 1000, 4, 3), nccl_tests_split_count(1000, 4, 3)
+    assert (ours, theirs) == (249, 240)
+    assert f"nccl-tests' all_gather moves {theirs} elements, mtb's {ours}" in docs
+    assert "`time_us` = the max (nccl-tests' `-a 3`)" in docs
 
 
 def test_sizes_are_powers_of_1024():
