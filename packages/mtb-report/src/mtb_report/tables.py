@@ -2,7 +2,7 @@
 
 from mtb.metrics import above_peak
 from mtb_report import grouping
-from mtb_report.formatting import DASH, cell, mean_std, number, percent, size
+from mtb_report.formatting import DASH, cell, mean_std, mfu, number, percent, size
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
 from mtb_report.records import checkpoint_record, tokens_trained, train_record, world_size
@@ -85,7 +85,7 @@ def train_row(record: dict, records: list[dict]) -> list[str]:
         number(record["optimizer_ms"], 2),
         number(record["step_ms"], 2),
         mean_std(record["tokens_per_s"], record["tokens_per_s_std"], repeated, 0),
-        percent(record["mfu"], 2) + (" (above peak!)" if above_peak(record["mfu"]) else ""),
+        mfu(record["mfu"]),
         size(record["peak_memory_bytes"]),
         size(record["model_state_bytes"]),
         percent(scaling_efficiency(record, records)),
