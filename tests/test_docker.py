@@ -5,6 +5,7 @@ records its arguments.
 """
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -134,3 +135,11 @@ def test_the_formal_gate_compares_the_image_revision_with_head(monkeypatch):
     monkeypatch.setenv("MTB_IMAGE_REVISION", head())
     problems = provenance.evidence_problems(provenance.git_info(), provenance.image_info())
     assert not [p for p in problems if "image" in p]
+
+
+def test_the_pinned_bases_are_the_official_ones_the_formal_gate_trusts():
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    bases = re.findall(r"^ARG (?:GPU|MEGATRON)_BASE=(\S+)$", dockerfile, flags=re.MULTILINE)
+    assert len(bases) == 2
+    assert sorted(provenance.repository(b) for b in bases) == sorted(provenance.OFFICIAL_BASES)
+    assert all(provenance.base_problem({"MTB_BASE_IMAGE": b}) is None for b in bases)

@@ -1,6 +1,7 @@
 """Every hookspec is in the plugin author guide; every CLI command is in the CLI docs."""
 
 import inspect
+import itertools
 
 import click
 from conftest import ROOT
@@ -89,3 +90,32 @@ def test_concept_notes_exist_and_their_commands_link_them():
         if name in cli.commands:
             assert note in cli.commands[name].help, f"mtb {name} --help does not name {note}"
     assert set(CONCEPT_NOTES) - {"megatron"} <= set(cli.commands)
+
+
+def estimate_table() -> list[list[str]]:
+    """The rows of metrics.md's bytes-per-parameter table, as cells."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    start = text.index("<!-- estimate-bytes-table")
+    lines = text[start:].splitlines()[3:]
+    rows = [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines)]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def test_the_documented_estimate_bytes_are_the_strategies_own():
+    from mtb.config import TrainingConfig
+
+    strategies = {entry.name: entry.item for entry in build_plugin_manager().registry("strategy")}
+    documented = set()
+    for names, precisions, params, grads, optimizer, sharded in estimate_table():
+        for name, precision in itertools.product(names.split(", "), precisions.split(", ")):
+            strategy = strategies[name]
+            training = TrainingConfig(precision=precision, optimizer="adamw")
+            assert strategy.state_bytes_per_parameter(training) == {
+                "parameters": int(params),
+                "gradients": int(grads),
+                "optimizer_state": int(optimizer),
+            }, (name, precision)
+            states = {s.replace("_", " ") for s in strategy.sharded_states} or {"none"}
+            assert states == set(sharded.split(", ")), name
+            documented.add(name)
+    assert documented == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3"}

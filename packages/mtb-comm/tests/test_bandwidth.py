@@ -1,9 +1,11 @@
 """nccl-tests arithmetic against hand-computed values, and size parsing."""
 
+from pathlib import Path
+
 import pytest
 
 from mtb.errors import ConfigError
-from mtb_comm.bandwidth import algbw_gbps, bus_factor, busbw_gbps, element_count
+from mtb_comm.bandwidth import algbw_gbps, bus_factor, busbw_gbps, element_count, size_notices
 from mtb_comm.config import parse_list, parse_size, parse_sizes
 
 # 1 GB (10^9 bytes) in 1e6 us (one second): algbw is exactly 1 GB/s
@@ -43,6 +45,34 @@ def test_element_counts_round_split_operations_down_to_the_world_size():
     assert element_count("reduce_scatter", 1024, 2, 3) == 510
     assert element_count("all_to_all", 10, 4, 4) == 4  # at least one element per rank
     assert element_count("broadcast", 1, 4, 2) == 1
+
+
+def test_a_size_measured_at_other_bytes_gets_one_line_naming_both():
+    operations = ["all_reduce", "all_gather", "broadcast"]
+    (line,) = size_notices(operations, [3, 1024], "float32", 4, 2)
+    assert line == (
+        "mtb comm: size 3 B is measured as 4 B for all_reduce, broadcast and as 8 B for "
+        "all_gather (whole float32 elements, at least one per rank, a multiple of 2 ranks "
+        "where the operation splits the buffer)"
+    )
+    assert size_notices(["all_gather"], [1024], "float32", 4, 3) == [
+        "mtb comm: size 1024 B is measured as 1020 B for all_gather (whole float32 elements, "
+        "at least one per rank, a multiple of 3 ranks where the operation splits the buffer)"
+    ]
+
+
+def nccl_tests_split_count(size_bytes: int, itemsize: int, nranks: int) -> int:
+    """nccl-tests' all_gather/reduce_scatter/alltoall element count (src/*.cu GetCollByteCount)."""
+    per_rank = (size_bytes // itemsize // nranks) & ~(16 // itemsize - 1)
+    return per_rank * nranks
+
+
+def test_comm_md_states_the_rounding_difference_from_nccl_tests():
+    docs = (Path(__file__).parents[3] / "docs" / "comm.md").read_text()
+    ours, theirs = element_count("all_gather", 1000, 4, 3), nccl_tests_split_count(1000, 4, 3)
+    assert (ours, theirs) == (249, 240)
+    assert f"nccl-tests' all_gather moves {theirs} elements, mtb's {ours}" in docs
+    assert "`time_us` = the max (nccl-tests' `-a 3`)" in docs
 
 
 def test_sizes_are_powers_of_1024():

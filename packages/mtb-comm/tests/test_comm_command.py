@@ -77,3 +77,16 @@ def test_uneven_all_to_all_splits_sum_on_both_sides(comm):
             assert m["imbalance"] > 1.1
         else:
             assert m["imbalance"] == 1.0
+
+
+def test_a_size_that_cannot_be_measured_exactly_is_announced(tmp_path):
+    args = ["comm", "--operations", "all_reduce,all_gather", "--sizes", "3"]
+    done, doc = run_mtb(tmp_path, "comm", *args, "--warmup", "0", "--iters", "1")
+    assert done.returncode == 0, done.stderr
+    assert "mtb comm: size 3 B is measured as 4 B for all_reduce and as 8 B for all_gather" in (
+        done.stderr
+    )
+    assert {m["operation"]: m["bytes"] for m in doc["measurements"]} == {
+        "all_reduce": 4,
+        "all_gather": 8,
+    }

@@ -136,6 +136,11 @@ def test_run_writes_result_with_trials_and_summary(invoke, tmp_path):
     assert doc["summary"]["tokens_per_s"]["n"] == 2
     assert doc["summary"]["single_run"] is False
     assert doc["environment"]["peak_flops_source"] == "measured-cpu-matmul-fp32"
+    measured = doc["environment"]["peak_flops_measurement"]
+    assert measured["flops"] == doc["environment"]["peak_flops_per_device"]
+    assert measured["threads"] == doc["environment"]["torch_threads"]
+    assert measured["gemms_mkn"][0] == [1024, 1024, 1024]  # tiny is below the floor
+    assert (measured["dtype"], measured["rounds"] >= 1) == ("fp32", True)
     assert 0 < doc["summary"]["mfu"]["mean"] < 1
     assert doc["model"]["parameters"] == 34688
 
@@ -148,3 +153,14 @@ def test_peak_tflops_flag_sets_the_mfu_peak(invoke, tmp_path):
     trial = doc["trials"][0]
     expected = trial["tokens_per_s_per_device"] * doc["model"]["flops_per_token"] / 1.5e12
     assert trial["mfu"] == expected
+    assert doc["environment"]["peak_flops_measurement"] is None
+
+
+def test_an_mfu_above_100_percent_is_never_printed_without_a_warning(invoke, tmp_path):
+    out = tmp_path / "r.json"
+    result = invoke("run", *TINY, "--peak-tflops", "1e-9", "--output", out)
+    assert result.exit_code == 0, result.output
+    assert read_json(out)["summary"]["mfu"]["max"] > 1
+    row = next(line for line in result.output.splitlines() if "MFU %" in line)
+    assert "above peak" in row
+    assert "MFU above 100 %: the peak" in " ".join(result.output.split())

@@ -134,9 +134,9 @@ def test_formal_evidence_refuses_a_dirty_tree(invoke, tmp_path, dirty_checkout):
     result = invoke("run", *TINY, "--evidence", "formal", "--output", out)
     assert result.exit_code == 2
     assert result.output == (
-        "Error: evidence: formal runs need a clean, identified checkout: the git tree has "
-        "uncommitted changes (set ALLOW_UNVERIFIED_PROVENANCE=1 to run anyway, marked "
-        "unverified)\n"
+        "Error: evidence: formal runs need a clean, identified checkout and image: the git "
+        "tree has uncommitted changes (set ALLOW_UNVERIFIED_PROVENANCE=1 to run anyway, "
+        "marked unverified)\n"
     )
     assert not out.exists()
 
@@ -152,6 +152,56 @@ def test_allowed_unverified_runs_are_marked_and_exploratory_is_the_default(
     assert doc["provenance"]["evidence_problems"] == ["the git tree has uncommitted changes"]
     assert invoke("run", *TINY, "--output", out).exit_code == 0
     assert (read_json(out)["evidence"], read_json(out)["verified"]) == ("exploratory", None)
+
+
+@pytest.mark.parametrize(
+    ("reference", "repository"),
+    [
+        (
+            "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime@sha256:" + "a" * 64,
+            "docker.io/pytorch/pytorch",
+        ),
+        ("nvcr.io/nvidia/pytorch:25.12-py3@sha256:" + "b" * 64, "nvcr.io/nvidia/pytorch"),
+        ("ubuntu:24.04", "docker.io/library/ubuntu"),
+        ("localhost:5000/team/pytorch:1", "localhost:5000/team/pytorch"),
+        ("ghcr.io/someone/pytorch@sha256:" + "c" * 64, "ghcr.io/someone/pytorch"),
+    ],
+)
+def test_image_references_name_their_registry_the_way_docker_does(reference, repository):
+    assert provenance.repository(reference) == repository
+
+
+def test_a_base_image_from_another_registry_is_a_problem_unless_declared():
+    clean = {"revision": "a" * 40, "dirty": False}
+    official = {"MTB_BASE_IMAGE": "pytorch/pytorch:2.13.0@sha256:" + "a" * 64}
+    assert provenance.evidence_problems(clean, official) == []
+    mirror = {"MTB_BASE_IMAGE": "registry.example/mirror/pytorch:2.13.0@sha256:" + "a" * 64}
+    (problem,) = provenance.evidence_problems(clean, mirror)
+    assert problem == (
+        f"the image's base {mirror['MTB_BASE_IMAGE']} is not from a pinned official repository "
+        "(docker.io/pytorch/pytorch, nvcr.io/nvidia/pytorch); declare its registry with "
+        "--allow-registry registry.example"
+    )
+    assert provenance.evidence_problems(clean, mirror, ("registry.example",)) == []
+    assert provenance.evidence_problems(clean, mirror, ("registry.example/mirror",)) == []
+    assert provenance.evidence_problems(clean, mirror, ("registry.example/other",)) != []
+    assert provenance.evidence_problems(clean, mirror, ("registry.ex",)) != []
+
+
+def test_formal_evidence_refuses_an_undeclared_registry_in_one_line(invoke, tmp_path, monkeypatch):
+    clean = {"revision": "a" * 40, "dirty": False, "root": "/src"}
+    monkeypatch.setattr(provenance, "git_info", lambda start=None: clean)
+    monkeypatch.delenv(provenance.ALLOW_UNVERIFIED_VARIABLE, raising=False)
+    monkeypatch.setenv("MTB_BASE_IMAGE", "registry.example/pytorch@sha256:" + "a" * 64)
+    out = tmp_path / "r.json"
+    result = invoke("run", *TINY, "--evidence", "formal", "--output", out)
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "--allow-registry registry.example" in result.output
+    assert not out.exists()
+    declared = ["--allow-registry", "registry.example"]
+    assert invoke("run", *TINY, "--evidence", "formal", *declared, "--output", out).exit_code == 0
+    doc = read_json(out)
+    assert (doc["verified"], doc["config"]["allow_registry"]) == (True, "registry.example")
 
 
 def fake_smi(monkeypatch, used_mib: int):

@@ -127,6 +127,40 @@ def test_a_cpu_trace_measures_gloo_threads_against_the_training_thread():
     assert summary["top_device_ops"] == []
 
 
+def test_an_op_that_encloses_the_collective_it_waits_for_is_not_compute():
+    """FSDP's post-backward hook issues the reduce-scatter and waits inside autograd's op."""
+    hook = "autograd::engine::evaluate_function: RegisterPostBackwardFunctionBackward"
+    events = [
+        x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        x(hook, 10, 80),
+        x("RegisterPostBackwardFunctionBackward", 11, 78),
+        x("aten::div_", 12, 6),  # real work before the collective, on the same thread
+        x("c10d::_reduce_scatter_base_", 20, 60),
+        x("record_param_comms", 21, 2),
+        x("aten::copy_", 24, 3),  # the collective's own copy: communication, not compute
+        x("gloo:all_reduce", 21, 58, cat="user_annotation", tid=2),
+    ]
+    summary = trace.analyse({"traceEvents": events})
+    assert summary["overlap"]["ratio"] == 0.0
+    assert summary["compute_ms"] == pytest.approx(0.006)  # aten::div_ alone
+    assert summary["exposed_comm_ms"] == pytest.approx(0.06)
+
+
+def test_compute_beside_a_collective_on_gloo_threads_still_overlaps():
+    """DDP: the bucket's all-reduce is issued from AccumulateGrad, backward goes on meanwhile."""
+    events = [
+        x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 10, 20),
+        x("c10d::allreduce_", 20, 5),
+        x("gloo:all_reduce", 21, 40, cat="user_annotation", tid=2),
+        x("aten::mm", 30, 20),  # the next layer's backward, beside the all-reduce
+        x("aten::addmm", 55, 5, tid=3),  # another thread's compute beside it
+    ]
+    summary = trace.analyse({"traceEvents": events})
+    # communication [20, 61) = 41 us; compute inside it: [30, 50) and [55, 60)
+    assert summary["overlap"]["ratio"] == pytest.approx(25 / 41)
+
+
 def test_missing_events_make_the_summary_say_undetermined_with_the_reason():
     single = trace.analyse({"traceEvents": [x("ProfilerStep#1", 0, 10, "user_annotation")]})
     assert single["overlap"]["status"] == "undetermined"

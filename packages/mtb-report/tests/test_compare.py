@@ -67,3 +67,10 @@ def test_unmatched_results_are_named(invoke, tmp_path):
 def test_bad_threshold_is_a_usage_error(invoke, tmp_path):
     done = invoke("report", "compare", tmp_path, tmp_path, "--threshold", "lots")
     assert done.exit_code == 2 and "percentage" in done.output
+
+
+def test_an_mfu_above_100_percent_is_marked_in_the_comparison(invoke, tmp_path):
+    mfu = run_document("ddp-w2.json")["summary"]["mfu"]
+    done = gate(invoke, tmp_path, variant("ddp-w2.json", summary__mfu={**mfu, "mean": 1.013}))
+    row = next(line for line in done.output.splitlines() if "| mfu |" in line)
+    assert "| 101.30% (above peak!) |" in row

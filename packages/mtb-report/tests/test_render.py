@@ -55,6 +55,20 @@ def test_missing_provenance_and_unverified_get_banners(invoke, tmp_path):
     assert "carry no provenance" in text and "marked unverified" in text
 
 
+def test_a_null_git_revision_is_missing_provenance(invoke, tmp_path):
+    unknown = {"revision": None, "dirty": None, "root": None}  # run outside a git checkout
+    write(tmp_path / "a.json", variant("ddp-w2.json", provenance__git=unknown))
+    assert "1 result(s) carry no provenance" in invoke("report", tmp_path).output
+
+
+def test_an_mfu_above_100_percent_is_marked(invoke, tmp_path):
+    mfu = {"n": 1, "mean": 1.013, "std": 0.0, "min": 1.013, "p50": 1.013, "max": 1.013}
+    write(tmp_path / "a.json", variant("ddp-w2.json", summary__mfu=mfu))
+    row = next(line for line in invoke("report", tmp_path).output.splitlines() if "| ddp |" in line)
+    assert "101.30% (above peak!)" in row
+    assert "MFU above 100 %: peak too low" in row
+
+
 def test_unknown_schema_version_is_one_line_exit_2(invoke, tmp_path):
     path = write(tmp_path / "new.json", variant("ddp-w2.json", schema_version=7))
     done = invoke("report", path)

@@ -32,6 +32,25 @@ def element_count(operation: str, size_bytes: int, itemsize: int, world_size: in
     return count
 
 
+def size_notices(operations, sizes, dtype: str, itemsize: int, world_size: int) -> list[str]:
+    """One line per requested size that some operation measures at other bytes, saying which."""
+    lines = []
+    for size in sizes:
+        measured: dict[int, list[str]] = {}
+        for operation in operations:
+            actual = element_count(operation, size, itemsize, world_size) * itemsize
+            if actual != size:
+                measured.setdefault(actual, []).append(operation)
+        if measured:
+            parts = " and as ".join(f"{b} B for {', '.join(ops)}" for b, ops in measured.items())
+            lines.append(
+                f"mtb comm: size {size} B is measured as {parts} (whole {dtype} elements, at "
+                f"least one per rank, a multiple of {world_size} ranks where the operation "
+                "splits the buffer)"
+            )
+    return lines
+
+
 def algbw_gbps(size_bytes: int, time_us: float) -> float:
     """Bytes over time, in GB/s (10^9 bytes per second, as nccl-tests prints)."""
     return size_bytes / (time_us * 1e-6) / 1e9

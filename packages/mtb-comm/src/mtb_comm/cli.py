@@ -65,6 +65,7 @@ def comm_command(operations, sizes, **params):
     JSON result (kind comm); exits 1 when any element is wrong.
     """
     from mtb_comm import comm_bench, summaries, tables
+    from mtb_comm.bandwidth import size_notices
 
     spec = _build(
         cfg.CommConfig,
@@ -72,6 +73,10 @@ def comm_command(operations, sizes, **params):
         operations=cfg.parse_list("operations", operations, cfg.OPERATIONS),
         sizes_bytes=cfg.parse_sizes(sizes),
     )
+    itemsize = comm_bench.torch_dtype(spec.dtype).itemsize
+    world = spec.launch.world_size
+    for line in size_notices(spec.operations, spec.sizes_bytes, spec.dtype, itemsize, world):
+        click.echo(line, err=True)
     _execute("comm", spec, comm_bench.measure, summaries.build_comm, tables.comm_table)
 
 

@@ -366,9 +366,15 @@ class RunConfig:
     )
     evidence: str = setting(
         "exploratory",
-        help="formal: refuse a dirty git tree, a missing revision or an image built from "
-        "another revision",
+        help="formal: refuse a dirty git tree, a missing revision, an image built from "
+        "another revision or one based outside the official registries",
         choices=EVIDENCE,
+    )
+    allow_registry: str | None = setting(
+        None,
+        help="also trust an image base from this registry (or registry/repository; "
+        "comma-separated) besides the pinned official ones",
+        shown_default="none",
     )
     model: ModelConfig = attrs.field(metadata={"section": True})
     data: DataConfig = attrs.field(factory=DataConfig, metadata={"section": True})

@@ -5,6 +5,14 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from mtb.metrics import above_peak
+
+#: the caption under a summary whose MFU exceeds 100 %
+ABOVE_PEAK = (
+    "MFU above 100 %: the peak it divides by is below what this run reached, so it is not "
+    "the device's peak (see environment.peak_flops_measurement, or pass --peak-tflops)"
+)
+
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
 
@@ -22,6 +30,11 @@ def _bytes(stat: dict) -> str:
     if not stat or stat.get("mean") is None:
         return "n/a"
     return f"{stat['mean'] / 2**20:,.1f} MiB"
+
+
+def _mfu(stat: dict) -> str:
+    text = _fmt(stat, scale=100.0, digits=2)
+    return f"{text} (above peak!)" if above_peak((stat or {}).get("max")) else text
 
 
 def summary_table(document: dict) -> Table:
@@ -42,7 +55,7 @@ def summary_table(document: dict) -> Table:
         ("  data ms", _fmt(summary["data_ms"], digits=2)),
         ("  forward+backward ms", _fmt(summary["forward_backward_ms"], digits=2)),
         ("  optimizer ms", _fmt(summary["optimizer_ms"], digits=2)),
-        ("MFU %", _fmt(summary["mfu"], scale=100.0, digits=2)),
+        ("MFU %", _mfu(summary["mfu"])),
         ("peak RSS per rank", _bytes(summary["peak_rss_bytes"])),
         ("model state per rank", _bytes(summary["model_state_bytes_per_rank"])),
         ("model state estimate", _bytes({"mean": summary["model_state_estimate_bytes"]["total"]})),
@@ -52,6 +65,8 @@ def summary_table(document: dict) -> Table:
         rows.append(("CUDA max allocated", _bytes(summary["cuda_max_allocated_bytes"])))
     for row in rows:
         table.add_row(*row)
+    if above_peak((summary["mfu"] or {}).get("max")):
+        table.caption = ABOVE_PEAK
     return table
 
 

@@ -58,7 +58,7 @@ def preflight(config, pm) -> None:
     resolve_backend(config.launch.backend, device_type)
     strategy.check(config, device_type)
     lifecycle.preflight(config, pm, strategy)
-    provenance.check_evidence(config.evidence)
+    provenance.check_evidence(config.evidence, provenance.allowed_registries(config.allow_registry))
     os.environ.pop(gpu_guard.RECORD_VARIABLE, None)
     if device_type == "cuda":
         gpu_guard.check()
@@ -255,7 +255,8 @@ def record_failure(config, pm, status: str, message: str) -> None:
     if path.exists() and json.loads(path.read_text()).get("status") == "ok":
         return
     plugins = plugin_list(pm)
-    prov = {**provenance.collect(plugins), "end_utc": provenance.utc_now()}
+    allowed = provenance.allowed_registries(config.allow_registry)
+    prov = {**provenance.collect(plugins, allowed), "end_utc": provenance.utc_now()}
     write_result(pm, failure_document(status, message, config, plugins, prov), str(path))
 
 

@@ -78,6 +78,11 @@ def mfu(tokens_per_s_per_device: float, flops_per_token: int, peak_flops: float 
     return tokens_per_s_per_device * flops_per_token / peak_flops
 
 
+def above_peak(mfu_value: float | None) -> bool:
+    """Whether an MFU exceeds 100 %: the peak it divides by cannot be the device's."""
+    return mfu_value is not None and mfu_value > 1.0
+
+
 # Dense (non-sparse) peak TFLOP/s per GPU model and compute dtype.
 GPU_PEAK_TFLOPS = {
     "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
@@ -97,19 +102,3 @@ def gpu_peak_flops(device_name: str, precision: str) -> float | None:
             tflops = GPU_PEAK_TFLOPS[key].get(precision)
             return tflops * 1e12 if tflops else None
     return None
-
-
-def measure_cpu_matmul_flops(size: int = 1024, repeats: int = 5) -> float:
-    """Best-of-N FLOP/s of an fp32 square matmul on this process's CPU threads."""
-    import time
-
-    import torch
-
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # first call allocates and warms the kernel
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best

@@ -125,6 +125,14 @@ def matmul_parameter_count(cfg: ModelConfig) -> int:
     return cfg.n_layers * (4 * d * d + 2 * cfg.mlp_ratio * d * d) + cfg.vocab_size * d
 
 
+def largest_linear(cfg: ModelConfig, tokens: int) -> tuple[int, int, int]:
+    """(tokens, in features, out features) of the linear layer with the most FLOPs."""
+    d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
+    layers = [(d, 3 * d), (d, d), (d, hidden), (hidden, d), (d, cfg.vocab_size)]
+    inputs, outputs = max(layers, key=lambda layer: layer[0] * layer[1])
+    return tokens, inputs, outputs
+
+
 def flops_per_token(cfg: ModelConfig) -> int:
     """Training FLOPs per token, PaLM's formula as torchtitan computes it.
 

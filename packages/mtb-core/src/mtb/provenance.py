@@ -19,6 +19,8 @@ IMAGE_VARIABLES = (
     "MTB_BASE_DIGEST",
     "MTB_IMAGE_CREATED",
 )
+#: the repositories of the base images docker/Dockerfile pins: official PyTorch, NVIDIA NGC
+OFFICIAL_BASES = ("docker.io/pytorch/pytorch", "nvcr.io/nvidia/pytorch")
 COMMAND_LINE_VARIABLE = "MTB_COMMAND_LINE"
 ALLOW_UNVERIFIED_VARIABLE = "ALLOW_UNVERIFIED_PROVENANCE"
 
@@ -112,32 +114,68 @@ def node() -> dict:
     }
 
 
-def evidence_problems(git: dict, image: dict) -> list[str]:
-    """Why a result could not be traced to one commit: what ``--evidence formal`` refuses."""
+def repository(reference: str) -> str:
+    """registry/path of an image reference, as Docker reads it: no tag or digest, docker.io
+    when the first component names no host."""
+    name = reference.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    name = f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+    first = name.split("/", 1)[0]
+    if "/" in name and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return f"docker.io/{name}" if "/" in name else f"docker.io/library/{name}"
+
+
+def base_problem(image: dict, allowed: tuple[str, ...] = ()) -> str | None:
+    """Why the image's base (``MTB_BASE_IMAGE``) is untrusted: neither official nor declared."""
+    base = image.get("MTB_BASE_IMAGE")
+    if not base:
+        return None
+    repo = repository(base)
+    if any(repo == entry or repo.startswith(f"{entry}/") for entry in OFFICIAL_BASES + allowed):
+        return None
+    return (
+        f"the image's base {base} is not from a pinned official repository "
+        f"({', '.join(OFFICIAL_BASES)}); declare its registry with "
+        f"--allow-registry {repo.split('/', 1)[0]}"
+    )
+
+
+def evidence_problems(git: dict, image: dict, allowed: tuple[str, ...] = ()) -> list[str]:
+    """Why a result could not be traced to one commit and a trusted image: what
+    ``--evidence formal`` refuses. ``allowed``: registries the user declared."""
     revision = git.get("revision")
+    problems = []
     if not revision:
-        return ["no git revision (mtb is not run from a git checkout)"]
-    problems = ["the git tree has uncommitted changes"] if git.get("dirty") else []
+        problems.append("no git revision (mtb is not run from a git checkout)")
+    elif git.get("dirty"):
+        problems.append("the git tree has uncommitted changes")
     built_from = image.get("MTB_IMAGE_REVISION")
-    if built_from and built_from != revision:
+    if revision and built_from and built_from != revision:
         problems.append(f"the image was built from {built_from}, HEAD is {revision}")
-    return problems
+    return problems + [p for p in (base_problem(image, allowed),) if p]
+
+
+def allowed_registries(text: str | None) -> tuple[str, ...]:
+    """``--allow-registry`` (comma-separated) as a tuple of registries or repositories."""
+    return tuple(part.strip().rstrip("/") for part in (text or "").split(",") if part.strip())
 
 
 def unverified_allowed() -> bool:
     return os.environ.get(ALLOW_UNVERIFIED_VARIABLE) == "1"
 
 
-def check_evidence(mode: str) -> None:
+def check_evidence(mode: str, allowed: tuple[str, ...] = ()) -> None:
     """Refuse a formal run whose provenance has problems, unless explicitly allowed."""
     from mtb.errors import UsageError
 
     if mode != "formal" or unverified_allowed():
         return
-    problems = evidence_problems(git_info(), image_info())
+    problems = evidence_problems(git_info(), image_info(), allowed)
     if problems:
         raise UsageError(
-            f"evidence: formal runs need a clean, identified checkout: {'; '.join(problems)} "
+            f"evidence: formal runs need a clean, identified checkout and image: "
+            f"{'; '.join(problems)} "
             f"(set {ALLOW_UNVERIFIED_VARIABLE}=1 to run anyway, marked unverified)"
         )
 
@@ -148,15 +186,18 @@ def evidence_fields(mode: str, provenance: dict) -> dict:
     return {"evidence": mode, "verified": None if mode == "exploratory" else not problems}
 
 
-def collect(plugins: list[dict]) -> dict:
-    """The provenance block of a result document (start and end are added by the caller)."""
+def collect(plugins: list[dict], allowed: tuple[str, ...] = ()) -> dict:
+    """The provenance block of a result document (start and end are added by the caller).
+
+    ``allowed``: the registries the run declared (``--allow-registry``).
+    """
     from mtb import gpu_guard
 
     here = node()
     return {
         "command": command_line(),
         **here,
-        "evidence_problems": evidence_problems(here["git"], here["image"]),
+        "evidence_problems": evidence_problems(here["git"], here["image"], allowed),
         "gpu_guard": gpu_guard.recorded(),
         "plugins": plugins,
     }

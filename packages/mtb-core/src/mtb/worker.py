@@ -12,12 +12,12 @@ import socket
 import sys
 import time
 
+from mtb import calibration, distributed, memory, provenance
 from mtb import config as config_mod
-from mtb import distributed, memory, provenance
 from mtb.checkpoint.state import combine_digests
 from mtb.errors import one_line
-from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
-from mtb.model import flops_per_token, matmul_parameter_count, parameter_count
+from mtb.metrics import gpu_peak_flops
+from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
 from mtb.profiling import run as profiling
 from mtb.reporting import write_atomic
 from mtb.results import (
@@ -44,18 +44,20 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def peak_flops(context) -> tuple[float | None, str]:
-    """This rank's device peak for MFU and where the figure came from."""
+def peak_flops(context) -> tuple[float | None, str, dict | None]:
+    """This rank's device peak for MFU, where the figure came from and how it was measured."""
     cfg = context.config
     if cfg.peak_tflops:
-        return cfg.peak_tflops * 1e12, "user"
+        return cfg.peak_tflops * 1e12, "user", None
     if context.device.type == "cuda":
         import torch
 
         name = torch.cuda.get_device_name(context.device)
         peak = gpu_peak_flops(name, cfg.training.precision)
-        return peak, f"gpu-table:{name}" if peak else f"unknown-gpu:{name}"
-    return measure_cpu_matmul_flops(), "measured-cpu-matmul-fp32"
+        return peak, f"gpu-table:{name}" if peak else f"unknown-gpu:{name}", None
+    tokens = cfg.data.micro_batch_size * cfg.model.seq_len
+    measured = calibration.measure(largest_linear(cfg.model, tokens), cfg.training.precision)
+    return measured["flops"], f"measured-cpu-matmul-{measured['dtype']}", measured
 
 
 @contextlib.contextmanager
@@ -115,7 +117,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     """Rank 0: the result document from every rank's records (and profiles)."""
     cfg = context.config
     hostnames = [host for host, _ in peaks]
-    peak_values = [p for _, (p, _) in peaks]
+    peak_values = [p for _, (p, _, _) in peaks]
     peak = sum(peak_values) / len(peak_values) if None not in peak_values else None
     fpt = flops_per_token(cfg.model)
     strategy = pm.registry("strategy").get(cfg.strategy)
@@ -135,7 +137,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     ]
     plugins = plugin_list(pm)
     prov = {
-        **provenance.collect(plugins),
+        **provenance.collect(plugins, provenance.allowed_registries(cfg.allow_registry)),
         "nodes": nodes,
         "start_utc": started,
         "end_utc": provenance.utc_now(),
@@ -149,6 +151,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         "peak_flops_per_device": peak,
         "peak_flops_source": peaks[0][1][1],
         "peak_flops_per_rank": peak_values,
+        "peak_flops_measurement": peaks[0][1][2],
         "memory_limit_bytes": memory.current_cap(),
         "malloc_mmap_threshold": os.environ.get(memory.MMAP_THRESHOLD_VARIABLE),
     }

@@ -11,7 +11,7 @@ import math
 
 import attrs
 
-from mtb_report.formatting import number, percent, size
+from mtb_report.formatting import mfu, number, percent, size
 from mtb_report.model import Table
 from mtb_report.records import peak_memory_key, stat, world_size
 
@@ -93,7 +93,7 @@ def is_regression(change: Change) -> bool:
 def shown(metric: str, value: float | None) -> str:
     """A metric's value in the unit the report tables use."""
     if metric == "mfu":
-        return percent(value, 2)
+        return mfu(value)
     if metric in ("peak_memory", "model_state_bytes_per_rank"):
         return size(value)
     return number(value, 2)

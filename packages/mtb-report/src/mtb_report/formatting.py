@@ -2,6 +2,8 @@
 
 import json
 
+from mtb.metrics import above_peak
+
 DASH = "—"
 
 
@@ -20,6 +22,11 @@ def percent(fraction, digits: int = 1, signed: bool = False) -> str:
     if fraction is None:
         return DASH
     return f"{fraction * 100:+.{digits}f}%" if signed else f"{fraction * 100:.{digits}f}%"
+
+
+def mfu(fraction) -> str:
+    """MFU in percent, never above 100 % without saying that the peak is too low."""
+    return percent(fraction, 2) + (" (above peak!)" if above_peak(fraction) else "")
 
 
 def size(value) -> str:

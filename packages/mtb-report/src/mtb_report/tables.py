@@ -1,7 +1,8 @@
 """The report model from result documents: sections per environment, tables per group."""
 
+from mtb.metrics import above_peak
 from mtb_report import grouping
-from mtb_report.formatting import DASH, cell, mean_std, number, percent, size
+from mtb_report.formatting import DASH, cell, mean_std, mfu, number, percent, size
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
 from mtb_report.records import checkpoint_record, tokens_trained, train_record, world_size
@@ -67,6 +68,8 @@ def notes(record: dict) -> str:
         flags.append("single run")
     if record["noisy"]:
         flags.append(f"noisy (CV {percent(record['tokens_per_s_cv'])})")
+    if above_peak(record["mfu"]):
+        flags.append("MFU above 100 %: peak too low")
     return "; ".join(flags) or DASH
 
 
@@ -82,7 +85,7 @@ def train_row(record: dict, records: list[dict]) -> list[str]:
         number(record["optimizer_ms"], 2),
         number(record["step_ms"], 2),
         mean_std(record["tokens_per_s"], record["tokens_per_s_std"], repeated, 0),
-        percent(record["mfu"], 2),
+        mfu(record["mfu"]),
         size(record["peak_memory_bytes"]),
         size(record["model_state_bytes"]),
         percent(scaling_efficiency(record, records)),
@@ -154,16 +157,21 @@ def failures_table(documents: list[dict]) -> Table | None:
     return Table("Failed, out-of-memory, timed-out and skipped runs", columns, rows)
 
 
+def git(document: dict) -> dict:
+    """The git part of a result's provenance; {} when it has none."""
+    return (document.get("provenance") or {}).get("git") or {}
+
+
 def banners(documents: list[dict]) -> list[str]:
     """Warnings for results that cannot be traced or that say they are unverified."""
     warnings = []
-    untraced = [d for d in documents if not (d.get("provenance") or {}).get("git")]
+    untraced = [d for d in documents if not git(d).get("revision")]
     if untraced:
         warnings.append(f"{len(untraced)} result(s) carry no provenance: they cannot be reproduced")
     unverified = [d for d in documents if d.get("verified") is False]
     if unverified:
         warnings.append(f"{len(unverified)} result(s) are marked unverified")
-    dirty = [d for d in documents if ((d.get("provenance") or {}).get("git") or {}).get("dirty")]
+    dirty = [d for d in documents if git(d).get("dirty")]
     if dirty:
         warnings.append(
             f"{len(dirty)} result(s) were measured on a checkout with uncommitted changes"

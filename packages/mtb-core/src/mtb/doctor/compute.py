@@ -1,8 +1,9 @@
 """Measured peak matmul throughput of this node's device.
 
-On CPU this is the figure ``mtb run`` divides by for MFU (the same
-measurement); on a GPU it is a bf16 matmul, a ceiling to compare with the
-datasheet peak that MFU uses.
+On CPU this is ``mtb run``'s MFU calibration on its smallest shape (a run
+times its model's largest linear layer, when larger, the same way); on a
+GPU it is a bf16 matmul, a ceiling to compare with the datasheet peak that
+MFU uses.
 """
 
 import time
@@ -33,13 +34,14 @@ def gpu_matmul_flops(size: int = 8192, repeats: int = 10) -> float:
 def peak() -> Check:
     import torch
 
-    from mtb.metrics import measure_cpu_matmul_flops
+    from mtb import calibration
 
     started = time.perf_counter()
     if torch.cuda.is_available():
         flops, how = gpu_matmul_flops(), f"bf16 matmul on {torch.cuda.get_device_name()}"
     else:
-        flops, how = measure_cpu_matmul_flops(), "fp32 matmul on the CPU (the MFU peak on CPU)"
+        flops = calibration.measure(calibration.FLOOR)["flops"]
+        how = "fp32 matmul on the CPU (the smallest MFU calibration on CPU)"
     details = {"flops": flops, "method": how, "seconds": time.perf_counter() - started}
     message = f"{flops / 1e12:.3f} TFLOP/s, {how}"
     return Check(name="matmul_peak", area=AREA, status=OK, message=message, details=details)

@@ -51,9 +51,9 @@ def span(event: dict) -> tuple[float, float]:
     return float(event["ts"]), float(event["ts"]) + float(event["dur"])
 
 
-def self_times(ops: list[dict]) -> list[float]:
-    """Each operator's duration less its direct child operators', per thread."""
-    result = [0.0] * len(ops)
+def parents(ops: list[dict]) -> list[int | None]:
+    """Each operator's directly enclosing operator on its thread (an index), or None."""
+    result: list[int | None] = [None] * len(ops)
     by_thread = defaultdict(list)
     for index, op in enumerate(ops):
         by_thread[(op.get("pid"), op.get("tid"))].append(index)
@@ -64,11 +64,41 @@ def self_times(ops: list[dict]) -> list[float]:
             start, end = span(ops[i])
             while stack and span(ops[stack[-1]])[1] <= start:
                 stack.pop()
-            result[i] = float(ops[i]["dur"])
             if stack and end <= span(ops[stack[-1]])[1]:
-                result[stack[-1]] -= float(ops[i]["dur"])
+                result[i] = stack[-1]
             stack.append(i)
     return result
+
+
+def self_times(ops: list[dict]) -> list[float]:
+    """Each operator's duration less its direct child operators', per thread."""
+    result = [float(op["dur"]) for op in ops]
+    for op, parent in zip(ops, parents(ops), strict=True):
+        if parent is not None:
+            result[parent] -= float(op["dur"])
+    return result
+
+
+def entangled(ops: list[dict]) -> set[int]:
+    """Operators that enclose a communication operator on their thread, or lie inside one.
+
+    An enclosing operator (autograd's ``AccumulateGrad`` function for a DDP
+    bucket, FSDP's post-backward hook) issues the collective and may wait for
+    it, and an operator inside the collective is the collective's own work:
+    neither is compute that runs beside the communication.
+    """
+    parent = parents(ops)
+    found = set()
+    for i, op in enumerate(ops):
+        chain, j = [], parent[i]
+        while j is not None:
+            chain.append(j)
+            j = parent[j]
+        if is_comm(op["name"]):
+            found.update(chain)
+        elif any(is_comm(ops[j]["name"]) for j in chain):
+            found.add(i)
+    return found
 
 
 def _top(table: dict, key: str, top: int) -> list[dict]:
@@ -110,7 +140,12 @@ def comm_ops(events: list[dict]) -> list[dict]:
 
 
 def timelines(events: list[dict], device: list[dict]) -> tuple[str, list, list]:
-    """The timeline used for overlap and its compute and communication intervals."""
+    """The timeline used for overlap and its compute and communication intervals.
+
+    On CPU, compute is every ``cpu_op`` that can run beside the communication:
+    not a communication operator, not on a thread that runs collectives
+    (gloo's workers), and not :func:`entangled` with a collective.
+    """
     kernels = [e for e in device if e.get("cat") == "kernel"]
     if kernels:
         compute = [span(e) for e in kernels if not is_comm(e["name"])]
@@ -120,10 +155,12 @@ def timelines(events: list[dict], device: list[dict]) -> tuple[str, list, list]:
     comm_threads = {
         (e.get("pid"), e.get("tid")) for e in comm_events if e.get("cat") == "user_annotation"
     }
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    excluded = entangled(ops)
     compute = [
         span(e)
-        for e in events
-        if e.get("cat") == "cpu_op"
+        for i, e in enumerate(ops)
+        if i not in excluded
         and not is_comm(e["name"])
         and (e.get("pid"), e.get("tid")) not in comm_threads
     ]
