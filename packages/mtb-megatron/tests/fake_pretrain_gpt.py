@@ -3,13 +3,17 @@
 FAKE_MEGATRON_MODE picks the behaviour: ok (iteration lines), oom, nccl, nan
 (raises after two lines, like Megatron's NaN check), nan_count (exits 0 with
 NaN iterations counted), import, hang. Like Megatron, only the last rank prints
-the iteration lines. It needs no torch and no GPU.
+the iteration lines; like megatron-core 0.16 and later (read from the
+checkout's package_info.py), it prints iteration 1 too. It needs no torch and
+no GPU.
 """
 
 import argparse
 import os
+import re
 import sys
 import time
+from pathlib import Path
 
 parser = argparse.ArgumentParser()
 for name in (
@@ -43,7 +47,10 @@ if rank == 0:
         flush=True,
     )
 iters, interval = int(args.train_iters), int(args.log_interval)
-for iteration in range(interval, iters + 1, interval):
+info = Path("megatron/core/package_info.py")
+minor = re.search(r"^MINOR = (\d+)", info.read_text(), re.M) if info.exists() else None
+first = [1] if minor and int(minor[1]) >= 16 and interval > 1 else []
+for iteration in first + list(range(interval, iters + 1, interval)):
     if mode == "oom" and iteration > interval:
         fail(
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "

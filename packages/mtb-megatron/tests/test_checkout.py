@@ -51,3 +51,13 @@ def test_a_checkout_without_pretrain_gpt_is_refused(checkout):
             pin.verify(str(checkout["path"]), "old")
     finally:
         git(checkout["path"], "checkout", "-q", "v0.1-fake")
+
+
+def test_a_checkout_without_package_info_is_refused(checkout):
+    git(checkout["path"], "checkout", "-q", "no-version")
+    try:
+        with pytest.raises(ConfigError, match=r"has no readable megatron/core/package_info\.py"):
+            pin.verify(str(checkout["path"]), "no-version")
+    finally:
+        git(checkout["path"], "checkout", "-q", "v0.1-fake")
+    assert pin.verify(str(checkout["path"]), "v0.1-fake").core_version == "0.16.1"
