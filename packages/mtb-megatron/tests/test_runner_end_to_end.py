@@ -64,6 +64,10 @@ def test_matrix_launches_each_topology_and_records_everything(cli, checkout, tmp
         assert [i["iteration"] for i in run["iterations"]] == [1, 2, 4, 6]
         assert run["iterations"][0]["throughput_tflops_per_gpu"] == 50.1
         assert doc["megatron"]["core_version"] == "0.16.1" and metrics_first_line(run)
+        ranks = [{"rank": r, "max_allocated_mb": 1000.0 + 10 * r, "max_reserved_mb": 2048.0}
+                 for r in range(2)]  # fmt: skip
+        assert run["metrics"]["memory_mb_by_rank"] == ranks
+        assert run["max_allocated_mb"] == 1010.0 and len(run["memory_reports"]) == 2
         last = run["iterations"][-1]
         assert (last["lm_loss"], last["global_batch_size"], last["learning_rate"]) == (
             9.94,

@@ -215,6 +215,7 @@ def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke
         "elapsed_ms_per_iteration": 105.0,
         "throughput_tflops_per_gpu": None,
         "lm_loss": 9.94,
+        "max_allocated_mb": 2345.67,
         "performance_valid": False,
         "iterations": [{"iteration": 2, "throughput_tflops_per_gpu": 50.2}],
     }
@@ -225,4 +226,4 @@ def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke
         "| topology | tp | pp | dp | repeat | status | failure_kind | elapsed_ms_per_iteration |"
         in text
     )
-    assert "| 2x1 | 2 | 1 | 1 | 1 | ok | — | 105 | — | 9.94 | no |" in text
+    assert "| 2x1 | 2 | 1 | 1 | 1 | ok | — | 105 | — | 9.94 | 2,346 | no |" in text
