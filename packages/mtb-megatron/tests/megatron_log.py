@@ -4,10 +4,11 @@ The lines are built from the format strings of megatron/training/training.py
 (``training_log``) and megatron/training/utils.py (``report_memory``) at two
 tags of NVIDIA/Megatron-LM, and the counters follow each release's rules:
 
-- core_r0.13.0 (core_v0.13.0): training.py lines 1686-1758 print at
-  ``iteration % log_interval == 0``, then reset the interval timer and the
-  advanced/skipped/NaN counters; the timestamp is ``%Y-%m-%d %H:%M:%S``;
-  utils.py line 259 prints memory with ``{}`` (full float repr).
+- core_r0.13.0 (same lines at the tag core_v0.13.0): training.py line 1678
+  prints at ``iteration % log_interval == 0``; lines 1686 and 1756-1758
+  reset the interval timer and the advanced/skipped/NaN counters at every
+  line; the timestamp is ``%Y-%m-%d %H:%M:%S`` (line 1700); utils.py line
+  259 prints memory with ``{}`` (full float repr).
 - core_v0.16.1: training.py line 2008 also prints the first iteration
   (``or is_first_iteration``); line 1797 ``should_reset = not
   is_first_iteration`` keeps the timer (line 2016) and the counters (lines
