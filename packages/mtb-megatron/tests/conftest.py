@@ -10,6 +10,8 @@ from mtb.cli import make_cli
 from mtb.plugins import build_plugin_manager
 
 FAKE = Path(__file__).with_name("fake_pretrain_gpt.py")
+# the head of megatron/core/package_info.py at core_v0.16.1
+PACKAGE_INFO = 'MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ""\n'
 GIT = ["git", "-c", "user.name=mtb", "-c", "user.email=mtb@example.invalid"]
 
 
@@ -22,7 +24,8 @@ def git(path: Path, *args: str) -> str:
 
 @pytest.fixture(scope="session")
 def checkout(tmp_path_factory) -> dict:
-    """A git repository with two commits: ``old`` (tagged) and HEAD with pretrain_gpt.py."""
+    """A git repository: ``old`` (a README), ``no-version`` (pretrain_gpt.py) and HEAD,
+    ``v0.1-fake``, which adds megatron-core 0.16.1's package_info.py."""
     path = tmp_path_factory.mktemp("megatron-lm")
     git(path, "init", "-q")
     (path / "README.md").write_text("Megatron-like checkout for tests\n")
@@ -32,6 +35,12 @@ def checkout(tmp_path_factory) -> dict:
     shutil.copy(FAKE, path / "pretrain_gpt.py")
     git(path, "add", "pretrain_gpt.py")
     git(path, "commit", "-q", "-m", "pretrain_gpt.py")
+    git(path, "tag", "no-version")
+    info = path / "megatron" / "core" / "package_info.py"
+    info.parent.mkdir(parents=True)
+    info.write_text(PACKAGE_INFO)
+    git(path, "add", "megatron")
+    git(path, "commit", "-q", "-m", "package_info.py")
     git(path, "tag", "v0.1-fake")
     return {
         "path": path,

@@ -3,13 +3,17 @@
 FAKE_MEGATRON_MODE picks the behaviour: ok (iteration lines), oom, nccl, nan
 (raises after two lines, like Megatron's NaN check), nan_count (exits 0 with
 NaN iterations counted), import, hang. Like Megatron, only the last rank prints
-the iteration lines. It needs no torch and no GPU.
+the iteration lines; like megatron-core 0.16 and later (read from the
+checkout's package_info.py), it prints iteration 1 too. It needs no torch and
+no GPU.
 """
 
 import argparse
 import os
+import re
 import sys
 import time
+from pathlib import Path
 
 parser = argparse.ArgumentParser()
 for name in (
@@ -43,7 +47,12 @@ if rank == 0:
         flush=True,
     )
 iters, interval = int(args.train_iters), int(args.log_interval)
-for iteration in range(interval, iters + 1, interval):
+info = Path("megatron/core/package_info.py")
+minor = re.search(r"^MINOR = (\d+)", info.read_text(), re.M) if info.exists() else None
+first = [1] if minor and int(minor[1]) >= 16 and interval > 1 else []
+logged = first + list(range(interval, iters + 1, interval))
+first_logged = logged[0] if logged else None
+for iteration in logged:
     if mode == "oom" and iteration > interval:
         fail(
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -74,3 +83,10 @@ for iteration in range(interval, iters + 1, interval):
     line += f" number of skipped iterations:   0 | number of nan iterations: {nan:3d} |"
     if last:
         print(line, flush=True)
+    if iteration == first_logged:  # report_memory, megatron/training/utils.py at core_v0.16.1
+        peak = 1000.0 + 10 * rank
+        print(
+            f"[Rank {rank}] (after {iteration} iterations) memory (MB) | allocated: {900.0:.2f}"
+            f" | max allocated: {peak:.2f} | reserved: {2048.0:.2f} | max reserved: {2048.0:.2f}",
+            flush=True,
+        )

@@ -44,10 +44,16 @@ def test_directory_from_the_environment_or_refused(checkout, tmp_path, monkeypat
         pin.verify(str(tmp_path), "main")
 
 
-def test_a_checkout_without_pretrain_gpt_is_refused(checkout):
-    git(checkout["path"], "checkout", "-q", "old")
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [("old", r"has no pretrain_gpt\.py"),
+     ("no-version", r"has no readable megatron/core/package_info\.py")],
+)  # fmt: skip
+def test_a_checkout_without_the_files_mtb_reads_is_refused(checkout, ref, message):
+    git(checkout["path"], "checkout", "-q", ref)
     try:
-        with pytest.raises(ConfigError, match=r"has no pretrain_gpt\.py"):
-            pin.verify(str(checkout["path"]), "old")
+        with pytest.raises(ConfigError, match=message):
+            pin.verify(str(checkout["path"]), ref)
     finally:
         git(checkout["path"], "checkout", "-q", "v0.1-fake")
+    assert pin.verify(str(checkout["path"]), "v0.1-fake").core_version == "0.16.1"

@@ -22,6 +22,10 @@ def invoke(cli, checkout, tmp_path, command, *args, mode="ok", monkeypatch=None)
     return result, json.loads(out.read_text()) if out.exists() else None
 
 
+def metrics_first_line(run):
+    return run["metrics"]["first_iteration_line"] and run["metrics"]["measured_log_lines"] == 2
+
+
 def test_matrix_launches_each_topology_and_records_everything(cli, checkout, tmp_path, monkeypatch):
     result, doc = invoke(
         cli, checkout, tmp_path, "matrix", "--topologies", "1x1,2x1", "--nproc-per-node", "2",
@@ -56,8 +60,14 @@ def test_matrix_launches_each_topology_and_records_everything(cli, checkout, tmp
             assert run[stream]["bytes"] == len(data)
         stdout = Path(run["stdout"]["path"]).read_text()
         assert f"tensor-model-parallel size: {run['tp']}," in stdout
-        assert [i["iteration"] for i in run["iterations"]] == [2, 4, 6]
-        assert run["iterations"][0]["throughput_tflops_per_gpu"] == 50.2
+        # the checkout is megatron-core 0.16.1: iteration 1 is printed and left out
+        assert [i["iteration"] for i in run["iterations"]] == [1, 2, 4, 6]
+        assert run["iterations"][0]["throughput_tflops_per_gpu"] == 50.1
+        assert doc["megatron"]["core_version"] == "0.16.1" and metrics_first_line(run)
+        ranks = [{"rank": r, "max_allocated_mb": 1000.0 + 10 * r, "max_reserved_mb": 2048.0}
+                 for r in range(2)]  # fmt: skip
+        assert run["metrics"]["memory_mb_by_rank"] == ranks
+        assert run["max_allocated_mb"] == 1010.0 and len(run["memory_reports"]) == 2
         last = run["iterations"][-1]
         assert (last["lm_loss"], last["global_batch_size"], last["learning_rate"]) == (
             9.94,

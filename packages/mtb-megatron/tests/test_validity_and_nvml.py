@@ -142,7 +142,13 @@ def test_throughput_is_shown_only_for_a_valid_topology():
     ]
     records = [
         record(
-            r, topology="2x1", tp=2, pp=1, dp=4, failure=None, metrics=runner.metrics(iterations)
+            r,
+            topology="2x1",
+            tp=2,
+            pp=1,
+            dp=4,
+            failure=None,
+            metrics=runner.metrics(iterations, False),
         )
         for r in (1, 2, 3)
     ]

@@ -26,16 +26,17 @@ def test_failures_are_listed_with_their_error(invoke):
 
 def test_single_and_noisy_runs_are_labelled(invoke):
     text = invoke("report", RUNS).output
-    fsdp = next(line for line in text.splitlines() if line.startswith("| fsdp | 2 |"))
+    start = "| fsdp | fsdp_reshard_after_forward=True | every (auto) |"
+    fsdp = next(line for line in text.splitlines() if line.startswith(start))
     assert fsdp.endswith("| single run |")
-    single = next(line for line in text.splitlines() if line.startswith("| single | 1 | fp32"))
+    single = next(line for line in text.splitlines() if line.startswith("| single | — | — |"))
     assert "noisy (CV" in single and "±" in single
 
 
 def test_files_and_directories_mix_and_count_once(invoke):
     done = invoke("report", RUNS / "single-w1.json", RUNS)
     assert done.exit_code == 0
-    assert done.output.count("| single | 1 | fp32 |") == 1
+    assert done.output.count("| single | — | — |") == 1
 
 
 def test_mixed_torch_versions_never_share_a_table(invoke, tmp_path):
@@ -45,7 +46,7 @@ def test_mixed_torch_versions_never_share_a_table(invoke, tmp_path):
     assert "2 different environments (they differ in torch)" in text
     sections = text.split("\n## ")[1:]
     assert len(sections) == 2
-    assert ("| ddp | 2 |" in sections[0]) != ("| ddp | 2 |" in sections[1])
+    assert ("| ddp | — |" in sections[0]) != ("| ddp | — |" in sections[1])
     assert all(s.count("### Training") == 1 for s in sections)
 
 
@@ -212,7 +213,8 @@ def test_runtime_state_shows_where_a_run_resumed(invoke, tmp_path):
     resumed = {"path": "ckpt/step_00000002", "step": 2, "exact": True}
     document["trials"][0]["per_rank"][0]["checkpoint"] = {"start_step": 2, "resumed": resumed}
     text = invoke("report", write(tmp_path / "resumed.json", document)).output
-    assert "| fsdp | 2 | 1 | 4 | 1 | 512 | 2 | ckpt/step_00000002 (step 2, exact) |" in text
+    run = "fsdp [fsdp_reshard_after_forward=True; sync every]"
+    assert f"| {run} | 2 | 1 | 4 | 1 | 512 | 2 | ckpt/step_00000002 (step 2, exact) |" in text
 
 
 def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke, tmp_path):
@@ -227,6 +229,7 @@ def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke
         "elapsed_ms_per_iteration": 105.0,
         "throughput_tflops_per_gpu": None,
         "lm_loss": 9.94,
+        "max_allocated_mb": 2345.67,
         "performance_valid": False,
         "iterations": [{"iteration": 2, "throughput_tflops_per_gpu": 50.2}],
     }
@@ -237,4 +240,4 @@ def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke
         "| topology | tp | pp | dp | repeat | status | failure_kind | elapsed_ms_per_iteration |"
         in text
     )
-    assert "| 2x1 | 2 | 1 | 1 | 1 | ok | — | 105 | — | 9.94 | no |" in text
+    assert "| 2x1 | 2 | 1 | 1 | 1 | ok | — | 105 | — | 9.94 | 2,346 | no |" in text

@@ -30,6 +30,8 @@ def _flatten(record: dict, valid: bool) -> dict:
     """The launch's headline scalars at its top level (what report tables show)."""
     metrics, failure = record["metrics"], record["failure"] or {}
     throughput = metrics["throughput_tflops_per_gpu"]["mean"] if valid else None
+    ranks = metrics.get("memory_mb_by_rank", [])
+    peaks = [r["max_allocated_mb"] for r in ranks if "max_allocated_mb" in r]
     return {
         **record,
         "failure_kind": failure.get("kind"),
@@ -37,6 +39,7 @@ def _flatten(record: dict, valid: bool) -> dict:
         "elapsed_ms_per_iteration": metrics["elapsed_ms_per_iteration"]["mean"],
         "throughput_tflops_per_gpu": throughput,
         "lm_loss": metrics["lm_loss_last"],
+        "max_allocated_mb": max(peaks, default=None),
         "performance_valid": valid,
     }
 

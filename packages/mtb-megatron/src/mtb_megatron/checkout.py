@@ -6,6 +6,7 @@ which Megatron produced them.
 """
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -14,18 +15,21 @@ import attrs
 from mtb.errors import ConfigError
 
 ENTRY_SCRIPT = "pretrain_gpt.py"
+PACKAGE_INFO = "megatron/core/package_info.py"
 DIR_VARIABLE = "MEGATRON_DIR"
 GIT_TIMEOUT_S = 30
 
 
 @attrs.frozen
 class Checkout:
-    """A verified checkout: where it is, the ref asked for, the commit it resolves to."""
+    """A verified checkout: where it is, the ref asked for, the commit it resolves to,
+    and its megatron-core version (which decides how its log lines are read)."""
 
     path: str
     ref: str
     commit: str
     dirty: bool
+    core_version: str
 
     @property
     def script(self) -> Path:
@@ -47,6 +51,21 @@ def _git(path: Path, *args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def core_version(path: Path) -> str | None:
+    """MAJOR.MINOR.PATCH plus PRE_RELEASE of the checkout's package_info.py, read as text."""
+    try:
+        text = (path / PACKAGE_INFO).read_text()
+    except OSError:
+        return None
+    parts = {
+        m[1]: m[2]
+        for m in re.finditer(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE) = ['\"]?(\w*)", text, re.M)
+    }
+    if not all(parts.get(k, "").isdigit() for k in ("MAJOR", "MINOR", "PATCH")):
+        return None
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
 
 
 def resolve_dir(value: str) -> Path:
@@ -79,5 +98,12 @@ def verify(directory: str, ref: str) -> Checkout:
         )
     if not (path / ENTRY_SCRIPT).is_file():
         raise ConfigError("megatron_dir", f"{path} has no {ENTRY_SCRIPT}")
+    version = core_version(path)
+    if version is None:
+        raise ConfigError(
+            "megatron_dir",
+            f"{path} has no readable {PACKAGE_INFO}: mtb reads Megatron's log lines by the "
+            "megatron-core release that prints them",
+        )
     status = _git(path, "status", "--porcelain", "--untracked-files=no")
-    return Checkout(str(path), ref, head, dirty=bool(status))
+    return Checkout(str(path), ref, head, dirty=bool(status), core_version=version)

@@ -2,13 +2,20 @@
 
 The kinds are checked in order of causality: a timeout is known from the
 launcher itself; an out-of-memory error is often followed by NCCL errors of
-the peers, so it is looked for first; NaN and import/setup errors next;
-anything else that exited non-zero is ``unknown`` with its last stderr line.
+the peers, so it is looked for first; NaN and import/setup errors next, then
+a failed assertion (Megatron checks its arguments with ``assert`` in
+``validate_args``); anything else that exited non-zero is ``unknown`` with
+its last exception line, never torchrun's ``ChildFailedError`` summary.
+
+Patterns match error messages only: with ``TORCH_CPP_LOG_LEVEL=INFO``,
+ProcessGroupNCCL prints its options at start-up (``TIMEOUT(ms): 600000``,
+``TORCH_NCCL_ASYNC_ERROR_HANDLING: 3``), which are no failure.
 """
 
 import re
 
-KINDS = ("oom", "communication", "timeout", "import", "nan", "unknown")
+KINDS = ("oom", "communication", "timeout", "import", "nan", "assertion", "unknown")
+RANK_PREFIX = r"^(\[rank\d+\]:\s*)?"
 PATTERNS = (
     (
         "oom",
@@ -20,8 +27,8 @@ PATTERNS = (
         "communication",
         re.compile(
             r"NCCL error|nccl(Internal|System|Unhandled|Invalid|Remote)\w*Error|DistBackendError"
-            r"|ProcessGroupNCCL.*(timed out|Timeout|error)|Watchdog caught collective",
-            re.I,
+            r"|Watchdog caught collective|watchdog got stuck|Timeout at NCCL work"
+            r"|NCCL communicator was aborted",
         ),
     ),
     (
@@ -38,7 +45,11 @@ PATTERNS = (
             r"|error: argument",
         ),
     ),
+    ("assertion", re.compile(RANK_PREFIX + r"AssertionError\b")),
 )
+#: a Python exception line (``ValueError: ...``), torchrun's own summary aside
+EXCEPTION = re.compile(RANK_PREFIX + r"([\w.]+\.)?\w*(Error|Exception)\b(?<!ChildFailedError)")
+BORDER = re.compile(r"^\s*([=-])\1{9,}\s*$")
 #: the status a failure kind gets in core's statuses (ok, failed, oom, timeout, skipped)
 STATUS = {"oom": "oom", "timeout": "timeout"}
 
@@ -52,11 +63,14 @@ def _first_match(pattern, streams: dict[str, list[str]]) -> dict | None:
 
 
 def _last_line(streams: dict[str, list[str]]) -> dict | None:
-    for stream in ("stderr", "stdout"):
-        lines = streams[stream]
-        for number in range(len(lines), 0, -1):
-            if lines[number - 1].strip():
-                return {"stream": stream, "line_number": number, "line": lines[number - 1].strip()}
+    """The last exception line; without one, the last line that is not blank or a border."""
+    for shown in (EXCEPTION.search, lambda line: line.strip() and not BORDER.match(line)):
+        for stream in ("stderr", "stdout"):
+            lines = streams[stream]
+            for number in range(len(lines), 0, -1):
+                if shown(lines[number - 1]):
+                    where = {"stream": stream, "line_number": number}
+                    return {**where, "line": lines[number - 1].strip()}
     return None
 
 

@@ -10,11 +10,25 @@ Megatron's ``training_log`` prints, from the last rank, one line every
 
 (one line, often after a ``[date time]`` prefix). Fields are ``name: value``
 pairs between ``|``; unknown fields are ignored, missing ones are absent.
+
+``report_memory`` (megatron/training/utils.py) prints, from the ranks of
+data-parallel rank 0, after the first logged iterations, one line::
+
+    [Rank 0] (after 10 iterations) memory (MB) | allocated: 1234.56 |
+    max allocated: 2345.67 | reserved: 3000.00 | max reserved: 3000.00
+
+(``{:.2f}`` since megatron-core 0.16, the full float before).
 """
 
 import math
 import re
 
+NUMBER = r"([0-9][0-9.eE+-]*)"
+MEMORY = re.compile(
+    rf"\[Rank (\d+)\] \((.*?)\) memory \(MB\) \| allocated: {NUMBER} \| max allocated: {NUMBER}"
+    rf" \| reserved: {NUMBER} \| max reserved: {NUMBER}"
+)
+MEMORY_KEYS = ("allocated_mb", "max_allocated_mb", "reserved_mb", "max_reserved_mb")
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 FIELDS = {
     "consumed samples": ("consumed_samples", int),
@@ -56,3 +70,12 @@ def parse_line(line: str) -> dict | None:
 def parse_log(text: str) -> list[dict]:
     """Every iteration line of a log, in order."""
     return [r for r in map(parse_line, text.splitlines()) if r is not None]
+
+
+def parse_memory(text: str) -> list[dict]:
+    """Every ``report_memory`` line of a log, in order: rank, label and the four values (MB)."""
+    reports = []
+    for match in MEMORY.finditer(text):
+        values = dict(zip(MEMORY_KEYS, (_value(float, v) for v in match.groups()[2:]), strict=True))
+        reports.append({"rank": int(match[1]), "label": match[2], **values})
+    return reports

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mtb.metrics import summarize
-from mtb_megatron import command, failures, gpu, logparse
+from mtb_megatron import command, failures, gpu, intervals, logparse
 from mtb_megatron.checkout import Checkout
 from mtb_megatron.config import MegatronConfig
 from mtb_megatron.topology import Topology
@@ -60,14 +60,14 @@ def _execute(argv: list[str], cwd: str, stdout: Path, stderr: Path, timeout_s: f
     return process.returncode, timed_out, time.monotonic() - started
 
 
-def measured(iterations: list[dict]) -> list[dict]:
-    """The log lines that measure steady state: the first interval (start-up) is left out."""
-    return iterations[1:] if len(iterations) > 1 else iterations
+def metrics(iterations: list[dict], first_line_repeated: bool) -> dict:
+    """Summaries of the measured intervals, the last loss, and the run's counters.
 
-
-def metrics(iterations: list[dict]) -> dict:
-    """Summaries of the measured intervals, the last loss, and counts over every line."""
-    steady = measured(iterations)
+    ``first_line_repeated``: the release prints iteration 1 and counts it
+    again in the next line (megatron-core 0.16 and later, see ``intervals``).
+    """
+    steady = intervals.measured(iterations, first_line_repeated)
+    counted = intervals.counted(iterations, first_line_repeated)
 
     def series(key):
         return summarize([r[key] for r in steady if r.get(key) is not None])
@@ -75,6 +75,7 @@ def metrics(iterations: list[dict]) -> dict:
     last = iterations[-1] if iterations else {}
     return {
         "log_lines": len(iterations),
+        "first_iteration_line": first_line_repeated,
         "measured_log_lines": len(steady),
         "last_iteration": last.get("iteration"),
         "elapsed_ms_per_iteration": series("elapsed_ms_per_iteration"),
@@ -82,9 +83,20 @@ def metrics(iterations: list[dict]) -> dict:
         "lm_loss_last": last.get("lm_loss"),
         "learning_rate_last": last.get("learning_rate"),
         "global_batch_size": last.get("global_batch_size"),
-        "skipped_iterations": sum(r.get("skipped_iterations") or 0 for r in iterations),
-        "nan_iterations": sum(r.get("nan_iterations") or 0 for r in iterations),
+        "skipped_iterations": sum(r.get("skipped_iterations") or 0 for r in counted),
+        "nan_iterations": sum(r.get("nan_iterations") or 0 for r in counted),
     }
+
+
+def memory_by_rank(reports: list[dict]) -> list[dict]:
+    """Each reporting rank's peak allocated and reserved CUDA memory (MB), by rank."""
+    peaks: dict[int, dict] = {}
+    for report in reports:
+        peak = peaks.setdefault(report["rank"], {"rank": report["rank"]})
+        for key in ("max_allocated_mb", "max_reserved_mb"):
+            if report[key] is not None:
+                peak[key] = max(peak.get(key, report[key]), report[key])
+    return [peaks[rank] for rank in sorted(peaks)]
 
 
 def launch(
@@ -105,7 +117,9 @@ def launch(
         name: path.read_text(errors="replace").splitlines()
         for name, path in (("stdout", stdout), ("stderr", stderr))
     }
-    iterations = logparse.parse_log("\n".join(streams["stdout"] + streams["stderr"]))
+    text = "\n".join(streams["stdout"] + streams["stderr"])
+    iterations = logparse.parse_log(text)
+    memory = logparse.parse_memory(text)
     iterations.sort(key=lambda r: r["iteration"])
     failure = failures.classify(exit_code, timed_out, streams, iterations)
     return {
@@ -127,5 +141,9 @@ def launch(
         "gpu_exclusive_at_start": exclusive,
         "gpu_memory": sampler.result(),
         "iterations": iterations,
-        "metrics": metrics(iterations),
+        "memory_reports": memory,
+        "metrics": {
+            **metrics(iterations, intervals.first_line_repeated(checkout.core_version)),
+            "memory_mb_by_rank": memory_by_rank(memory),
+        },
     }

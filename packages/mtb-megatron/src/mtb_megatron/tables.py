@@ -8,11 +8,13 @@ def _number(value, digits: int = 1) -> str:
 
 
 def runs_table(document: dict) -> Table:
-    """One row per launch: topology, status and why, time per iteration, throughput, loss."""
+    """One row per launch: topology, status and why, time per iteration, throughput, loss,
+    and the highest rank's peak allocated memory (Megatron's report_memory)."""
     evidence = document["evidence"]
     verdict = "performance-valid" if document["performance_valid"] else "not performance-valid"
     table = Table(title=f"Megatron {document['mode']} ({evidence} evidence, {verdict})")
-    for name in ("topology", "TPxPPxDP", "repeat", "status", "ms/iter", "TFLOP/s/GPU", "lm loss"):
+    columns = ("topology", "TPxPPxDP", "repeat", "status", "ms/iter", "TFLOP/s/GPU", "lm loss")
+    for name in (*columns, "max alloc MB"):
         table.add_column(name, justify="left" if name in ("topology", "status") else "right")
     table.add_column("failure / log line")
     for run in document["runs"]:
@@ -29,6 +31,7 @@ def runs_table(document: dict) -> Table:
             _number(run["elapsed_ms_per_iteration"]),
             throughput,
             _number(run["lm_loss"], 4),
+            _number(run["max_allocated_mb"]),
             failure,
         )
     return table

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 
 from mtb.reporting import Reporter
 from mtb_report import grouping
@@ -15,6 +16,7 @@ def row(document: dict) -> dict:
     environment = dict(zip(ENVIRONMENT, grouping.environment_key(document), strict=True))
     record = train_record(document)
     record.pop("strategy")
+    record["strategy_options"] = json.dumps(record["strategy_options"], sort_keys=True)
     return {
         "kind": document["kind"],
         "strategy": document.get("config", {}).get("strategy"),

@@ -29,14 +29,17 @@ def mfu(fraction) -> str:
     return percent(fraction, 2) + (" (above peak!)" if above_peak(fraction) else "")
 
 
-def size(value) -> str:
-    """Bytes in binary units (MiB for the sizes a benchmark reports)."""
+UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def size(value, std=None) -> str:
+    """Bytes in binary units (MiB for the sizes a benchmark reports); ``± std`` in the same unit."""
     if value is None:
         return DASH
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= scale:
-            return f"{value / scale:,.1f} {unit}"
-    return f"{value:,.0f} B"
+    unit, scale = next(((u, s) for u, s in UNITS if abs(value) >= s), ("B", 1))
+    digits = 0 if scale == 1 else 1
+    spread = "" if std is None else f" ± {std / scale:,.{digits}f}"
+    return f"{value / scale:,.{digits}f}{spread} {unit}"
 
 
 def cell(value) -> str:

@@ -1,8 +1,10 @@
-"""Which results may share a table: same environment, then same comparable settings.
+"""Which results may share a table: same environment, then the same work.
 
 Different git revisions, torch versions, device models or images never share
-a table (honesty rule); inside one environment, train results are grouped by
-the settings that make their numbers comparable.
+a table (honesty rule); inside one environment, train results share a table
+only when every config field that changes the work agrees. Inside a table, a
+row is one variant (strategy, its options, the gradient-sync mode) at one
+world size.
 """
 
 import json
@@ -53,24 +55,60 @@ def differences(keys: list[tuple]) -> list[str]:
     ]
 
 
+#: config fields that change neither the work nor how it is measured, or that tell
+#: the rows of one table apart (strategy, its options, the gradient-sync mode)
+NOT_WORK = frozenset(
+    (
+        "strategy", "strategy_options", "training.gradient_sync_mode", "preset", "output",
+        "peak_tflops", "evidence", "data.seed", "training.repeat", "training.inject_nan_at_step",
+        "training.inject_nan_rank", "launch.nproc_per_node", "launch.nnodes", "launch.node_rank",
+        "launch.rdzv_endpoint", "launch.rdzv_id", "launch.local_addr", "launch.max_restarts",
+        "launch.timeout_s", "checkpoint.dir", "checkpoint.resume", "checkpoint.keep_last",
+        "checkpoint.record_digests", "checkpoint.inject_kill_at_step",
+        "checkpoint.inject_kill_during_save", "checkpoint.inject_kill_rank", "profile",
+    )
+)  # fmt: skip
+
+
+def work_fields(config: dict, prefix: str = "") -> dict:
+    """Every config field that changes the work, by dotted name (new fields count by default)."""
+    fields = {}
+    for name, value in config.items():
+        dotted = prefix + name
+        if dotted in NOT_WORK:
+            continue
+        if isinstance(value, dict):
+            fields.update(work_fields(value, dotted + "."))
+        else:
+            fields[dotted] = value
+    return fields
+
+
 def settings_key(document: dict) -> str:
-    """Model, precision, micro-batch, sequence, accumulation, warmup and steps, as text."""
-    config = document.get("config", {})
-    training = config.get("training", {})
-    model = config.get("model", {})
-    settings = {
-        "model": model,
-        "precision": training.get("precision"),
-        "micro_batch_size": config.get("data", {}).get("micro_batch_size"),
-        "seq_len": model.get("seq_len"),
-        "grad_accum_steps": training.get("grad_accum_steps"),
-        "warmup_steps": training.get("warmup_steps"),
-        "steps": training.get("steps"),
-    }
-    return json.dumps(settings, sort_keys=True)
+    """The work a train result measured (model, data, training, device, checkpointing), as text."""
+    return json.dumps(work_fields(document.get("config", {})), sort_keys=True)
 
 
-def describe_settings(document: dict) -> str:
+def settings_differences(documents: list[dict]) -> list[str]:
+    """The work fields on which the documents disagree, by dotted name."""
+    fields = [work_fields(d.get("config", {})) for d in documents]
+    names = sorted({name for f in fields for name in f})
+    return [n for n in names if len({json.dumps(f.get(n)) for f in fields}) > 1]
+
+
+#: the fields describe_settings always names
+DESCRIBED = frozenset(
+    (
+        "model.d_model", "model.n_layers", "model.n_heads", "model.vocab_size", "model.seq_len",
+        "data.micro_batch_size", "training.grad_accum_steps", "training.precision",
+        "training.steps", "training.warmup_steps",
+    )
+)  # fmt: skip
+
+
+def describe_settings(document: dict, differing: list[str] = ()) -> str:
+    """The headline settings, then the value of each field in ``differing`` (other tables'
+    settings differ in them)."""
     config = document.get("config", {})
     model, training = config.get("model", {}), config.get("training", {})
     micro_batch = config.get("data", {}).get("micro_batch_size")
@@ -80,6 +118,8 @@ def describe_settings(document: dict) -> str:
         f"seq {model.get('seq_len')}, micro-batch {micro_batch}, "
         f"accumulation {training.get('grad_accum_steps')}, {training.get('precision')}, "
         f"{training.get('steps')} steps ({training.get('warmup_steps')} warmup)"
+    ) + "".join(
+        f", {name} {work_fields(config).get(name)}" for name in differing if name not in DESCRIBED
     )
 
 
@@ -89,3 +129,9 @@ def split(documents: list[dict], key) -> list[list[dict]]:
     for document in documents:
         groups.setdefault(key(document), []).append(document)
     return list(groups.values())
+
+
+def variant_key(record: dict) -> str:
+    """What tells runs of one table apart, world size aside: strategy, options, sync mode."""
+    fields = ("strategy", "strategy_options", "gradient_sync_requested", "gradient_sync_mode")
+    return json.dumps([record[f] for f in fields], sort_keys=True)

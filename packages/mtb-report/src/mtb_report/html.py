@@ -11,20 +11,29 @@ from mtb_report.tables import build_report
 STYLE = """
 body { font-family: sans-serif; margin: 2em; }
 table { border-collapse: collapse; margin-bottom: 1em; }
-th, td { border: 1px solid #bbb; padding: 0.2em 0.5em; text-align: right; }
+table { font-size: 0.8em; }
+.table { overflow-x: auto; }
+th, td { border: 1px solid #bbb; padding: 0.2em 0.4em; text-align: right; }
 th { background: #eee; }
 .warning { background: #fff3cd; border: 1px solid #e0b000; padding: 0.5em; }
 .plots img { max-width: 100%; margin: 0.5em; }
 """
 
 
+def cell_html(text: str) -> str:
+    """Escaped; a number (``1.2 ± 0.1 MiB``) never breaks across lines, words may."""
+    numeric = text[:1].isdigit() or text[:1] in "+-"
+    return escape(text).replace(" ", "\u00a0") if numeric else escape(text)
+
+
 def table_html(table: Table) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
+        "<tr>" + "".join(f"<td>{cell_html(c)}</td>" for c in row) + "</tr>" for row in table.rows
     )
     notes = "".join(f"<p><em>{escape(n)}</em></p>" for n in table.notes)
-    return f"<h3>{escape(table.title)}</h3><table><tr>{head}</tr>{body}</table>{notes}"
+    grid = f'<div class="table"><table><tr>{head}</tr>{body}</table></div>'
+    return f"<h3>{escape(table.title)}</h3>{grid}{notes}"
 
 
 def warnings_html(warnings: list[str]) -> str:

@@ -51,6 +51,7 @@ PREFERRED = {
         "elapsed_ms_per_iteration",
         "throughput_tflops_per_gpu",
         "lm_loss",
+        "max_allocated_mb",
         "performance_valid",
         "ranks_checked",
         "mismatches",

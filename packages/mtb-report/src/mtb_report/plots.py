@@ -5,8 +5,9 @@ matplotlib is imported inside :func:`figures` so that loading the plugin stays c
 
 import io
 
+from mtb_report import grouping
 from mtb_report.kinds import rows_of
-from mtb_report.records import PHASE_KEYS, peak_memory_per_rank, train_record
+from mtb_report.records import PHASE_KEYS, peak_memory_per_rank, train_record, variant_label
 
 
 def measured(documents: list[dict]) -> list[dict]:
@@ -14,33 +15,82 @@ def measured(documents: list[dict]) -> list[dict]:
     return [d for d in documents if d["kind"] == "train" and d["status"] == "ok"]
 
 
-def throughput_scaling(plt, documents):
-    """tokens/s against world size per strategy, with each strategy's ideal-scaling line."""
+def row_label(record: dict) -> str:
+    return f"{variant_label(record)} x{record['world_size']}"
+
+
+def legend_outside(axes) -> None:
+    """The legend right of the axes, where it cannot cover a bar or a line."""
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+
+
+def label_bars(axes, labels: list[str]) -> None:
+    axes.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize="small")
+
+
+def throughput(plt, documents):
+    """tokens/s of each run as a bar (± std over trials when repeated)."""
     records = [train_record(d) for d in measured(documents)]
     if not records:
         return None
-    strategies = sorted({r["strategy"] for r in records})
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for strategy in strategies:
-        points = sorted(
-            (r["world_size"], r["tokens_per_s"]) for r in records if r["strategy"] == strategy
-        )
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    errors = [(r["tokens_per_s_std"] or 0.0) if (r["trials"] or 0) > 1 else 0.0 for r in records]
+    axes.bar(
+        range(len(records)),
+        [r["tokens_per_s"] or 0.0 for r in records],
+        yerr=errors,
+        capsize=4,
+        color=[f"C{i % 10}" for i in range(len(records))],
+    )
+    label_bars(axes, [row_label(r) for r in records])
+    axes.set(ylabel="tokens/s", title="Throughput per run (± std over trials)")
+    return figure
+
+
+def scaling_series(documents: list[dict]) -> dict[str, list[tuple]]:
+    """(world size, tokens/s) per variant of equal work that ran at two or more world sizes;
+    named ``(table N)`` too when the section has several tables."""
+    series: dict[tuple, dict] = {}
+    for document in documents:
+        record = train_record(document)
+        if record["tokens_per_s"]:
+            key = (grouping.settings_key(document), grouping.variant_key(record))
+            entry = series.setdefault(key, {"label": variant_label(record), "points": []})
+            entry["points"].append((record["world_size"], record["tokens_per_s"]))
+    tables = list(dict.fromkeys(settings for settings, _ in series))
+    named = {}
+    for (settings, _), entry in series.items():
+        if len({size for size, _ in entry["points"]}) >= 2:
+            table = f" (table {tables.index(settings) + 1})" if len(tables) > 1 else ""
+            named[entry["label"] + table] = sorted(entry["points"])
+    return named
+
+
+def throughput_scaling(plt, documents):
+    """tokens/s against world size per variant, with its ideal-scaling line; only for
+    variants measured at two or more world sizes."""
+    series = scaling_series(measured(documents))
+    if not series:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for name, points in sorted(series.items()):
         sizes = [p[0] for p in points]
-        line = axes.plot(sizes, [p[1] for p in points], marker="o", label=strategy)[0]
+        line = axes.plot(sizes, [p[1] for p in points], marker="o", label=name)[0]
         base_size, base_rate = points[0]
         ideal = [base_rate * s / base_size for s in sizes]
         axes.plot(sizes, ideal, linestyle="--", color=line.get_color(), alpha=0.5)
-    axes.set(xlabel="world size", ylabel="tokens/s", title="Throughput (dashed: ideal scaling)")
-    axes.legend()
+    axes.set_xticks(sorted({p[0] for points in series.values() for p in points}))
+    axes.set(xlabel="world size", ylabel="tokens/s", title="Scaling (dashed: ideal scaling)")
+    legend_outside(axes)
     return figure
 
 
 def memory_per_rank(plt, documents):
-    """One bar per rank, side by side, for each run; colour names the rank."""
+    """One bar per rank, side by side and centred on the run's label; colour names the rank."""
     runs = measured(documents)
     if not runs:
         return None
-    figure, axes = plt.subplots(figsize=(6, 4))
+    figure, axes = plt.subplots(figsize=(7, 4.5))
     labelled: set[int] = set()
     for index, document in enumerate(runs):
         ranks = peak_memory_per_rank(document)
@@ -48,11 +98,11 @@ def memory_per_rank(plt, documents):
         for rank, value in enumerate(ranks):
             label = None if rank in labelled else f"rank {rank}"
             labelled.add(rank)
-            axes.bar(index + rank * width, value / 2**20, width, color=f"C{rank}", label=label)
-    labels = [f"{r['strategy']} x{r['world_size']}" for r in map(train_record, runs)]
-    axes.set_xticks(range(len(runs)), labels, rotation=20)
+            offset = (rank - (len(ranks) - 1) / 2) * width
+            axes.bar(index + offset, value / 2**20, width, color=f"C{rank}", label=label)
+    label_bars(axes, [row_label(r) for r in map(train_record, runs)])
     axes.set(ylabel="peak memory per rank (MiB)", title="Peak memory per rank")
-    axes.legend()
+    legend_outside(axes)
     return figure
 
 
@@ -60,15 +110,15 @@ def step_breakdown(plt, documents):
     records = [train_record(d) for d in measured(documents)]
     if not records:
         return None
-    figure, axes = plt.subplots(figsize=(6, 4))
-    labels = [f"{r['strategy']} x{r['world_size']}" for r in records]
+    figure, axes = plt.subplots(figsize=(7, 4.5))
     bottom = [0.0] * len(records)
     for phase in PHASE_KEYS[:-1]:
         values = [r[phase] or 0.0 for r in records]
-        axes.bar(labels, values, bottom=bottom, label=phase)
+        axes.bar(range(len(records)), values, bottom=bottom, label=phase)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    label_bars(axes, [row_label(r) for r in records])
     axes.set(ylabel="ms per step", title="Step-time breakdown")
-    axes.legend()
+    legend_outside(axes)
     return figure
 
 
@@ -106,7 +156,14 @@ def tokens_per_expert(plt, documents):
     return figure
 
 
-PLOTS = (throughput_scaling, memory_per_rank, step_breakdown, bus_bandwidth, tokens_per_expert)
+PLOTS = (
+    throughput,
+    throughput_scaling,
+    memory_per_rank,
+    step_breakdown,
+    bus_bandwidth,
+    tokens_per_expert,
+)
 
 
 def figures(documents: list[dict]) -> list[tuple[str, bytes]]:
@@ -123,7 +180,8 @@ def figures(documents: list[dict]) -> list[tuple[str, bytes]]:
             continue
         figure.tight_layout()
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=80)
+        # bbox "tight" keeps legends placed outside the axes inside the image
+        figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
         plt.close(figure)
         made.append((figure.axes[0].get_title(), buffer.getvalue()))
     return made

@@ -31,13 +31,32 @@ def peak_memory_key(document: dict) -> str:
     return cuda if stat(document, cuda) else "peak_rss_bytes"
 
 
+def std(document: dict, key: str) -> float | None:
+    series = stat(document, key)
+    return series["std"] if series else None
+
+
+def gradient_sync(document: dict) -> tuple[str | None, str | None]:
+    """(requested, effective) gradient-sync mode; effective is what the strategy resolved."""
+    requested = document.get("config", {}).get("training", {}).get("gradient_sync_mode")
+    details = (document.get("strategy_details") or {}).get("gradient_sync_mode") or {}
+    return requested, details.get("resolved")
+
+
 def train_record(document: dict) -> dict:
     """Every column a train row shows, unformatted (None where unknown)."""
     config = document.get("config", {})
     throughput = stat(document, "tokens_per_s")
     summary = document.get("summary", {})
+    requested, effective = gradient_sync(document)
+    memory = peak_memory_key(document)
     return {
         "strategy": config.get("strategy"),
+        "torch_threads": document.get("environment", {}).get("torch_threads"),
+        "strategy_options": config.get("strategy_options") or {},
+        "gradient_sync_requested": requested,
+        "gradient_sync_mode": effective,
+        "gradient_syncs_per_step": mean(document, "gradient_syncs_per_step"),
         "world_size": world_size(document),
         "precision": config.get("training", {}).get("precision"),
         "status": document.get("status"),
@@ -45,12 +64,14 @@ def train_record(document: dict) -> dict:
         "trials": summary.get("trials"),
         "single_run": summary.get("single_run"),
         **{key: mean(document, key) for key in PHASE_KEYS},
+        "step_ms_std": std(document, "step_ms"),
         "tokens_per_s": throughput["mean"] if throughput else None,
         "tokens_per_s_std": throughput["std"] if throughput else None,
         "tokens_per_s_cv": throughput["cv"] if throughput else None,
         "noisy": bool(throughput and throughput["noisy"]),
         "mfu": mean(document, "mfu"),
-        "peak_memory_bytes": mean(document, peak_memory_key(document)),
+        "peak_memory_bytes": mean(document, memory),
+        "peak_memory_bytes_std": std(document, memory),
         "model_state_bytes": mean(document, "model_state_bytes_per_rank"),
     }
 
@@ -81,3 +102,24 @@ def checkpoint_record(document: dict) -> dict:
             if isinstance(rank.get("checkpoint"), dict):
                 return rank["checkpoint"]
     return {}
+
+
+def options_text(options: dict) -> str:
+    """Strategy options as ``name=value`` pairs, sorted; empty when there are none."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+
+
+def sync_text(record: dict) -> str | None:
+    """The effective gradient-sync mode, and the requested one when it differs: ``last (auto)``."""
+    effective, requested = record["gradient_sync_mode"], record["gradient_sync_requested"]
+    if effective is None:
+        return None
+    return effective if requested in (None, effective) else f"{effective} ({requested})"
+
+
+def variant_label(record: dict) -> str:
+    """Strategy, options and effective sync mode, as plots name a row: ``ddp [sync last]``."""
+    sync = record["gradient_sync_mode"]
+    extras = [options_text(record["strategy_options"]), sync and f"sync {sync}"]
+    shown = "; ".join(e for e in extras if e)
+    return f"{record['strategy']} [{shown}]" if shown else str(record["strategy"])

@@ -5,12 +5,22 @@ from mtb_report import grouping
 from mtb_report.formatting import DASH, cell, mean_std, mfu, number, percent, size
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
-from mtb_report.records import checkpoint_record, tokens_trained, train_record, world_size
+from mtb_report.records import (
+    checkpoint_record,
+    options_text,
+    sync_text,
+    tokens_trained,
+    train_record,
+    variant_label,
+    world_size,
+)
 
 TRAIN_COLUMNS = (
     "strategy",
+    "options",
+    "grad sync",
+    "syncs/step",
     "world size",
-    "precision",
     "data ms",
     "fwd+bwd ms",
     "optimizer ms",
@@ -25,7 +35,7 @@ TRAIN_COLUMNS = (
     "notes",
 )
 RUNTIME_COLUMNS = (
-    "strategy",
+    "run",
     "world size",
     "trials",
     "steps",
@@ -37,14 +47,24 @@ RUNTIME_COLUMNS = (
 
 
 def order(record: dict) -> tuple:
-    return (record["strategy"] or "", record["world_size"] or 0)
+    return (record["strategy"] or "", grouping.variant_key(record), record["world_size"] or 0)
+
+
+def scaling_base(record: dict, records: list[dict]) -> dict | None:
+    """The run ``record`` scales from: equal in all but world size (same table, strategy,
+    options and gradient-sync mode), at the smallest world size, smaller than its own."""
+    variant = grouping.variant_key(record)
+    same = [r for r in records if grouping.variant_key(r) == variant and r["tokens_per_s"]]
+    base = min(same, key=lambda r: r["world_size"], default=None)
+    if base is None or base["world_size"] == record["world_size"]:
+        return None
+    return base
 
 
 def scaling_efficiency(record: dict, records: list[dict]) -> float | None:
-    """(tokens/s at N / N) / (tokens/s at M / M), M the strategy's smallest world size."""
-    same = [r for r in records if r["strategy"] == record["strategy"] and r["tokens_per_s"]]
-    base = min(same, key=lambda r: r["world_size"], default=None)
-    if base is None or base is record or not record["tokens_per_s"]:
+    """(tokens/s at N / N) / (tokens/s at M / M), M the world size of the scaling base."""
+    base = scaling_base(record, records)
+    if base is None or not record["tokens_per_s"]:
         return None
     return (record["tokens_per_s"] / record["world_size"]) / (
         base["tokens_per_s"] / base["world_size"]
@@ -52,18 +72,33 @@ def scaling_efficiency(record: dict, records: list[dict]) -> float | None:
 
 
 def against_ddp(record: dict, records: list[dict], key: str) -> float | None:
-    """Relative difference of ``key`` from ddp at the same world size."""
-    ddp = next(
-        (r for r in records if r["strategy"] == "ddp" and r["world_size"] == record["world_size"]),
-        None,
-    )
-    if ddp is None or ddp is record or not ddp[key] or record[key] is None:
+    """Relative difference of ``key`` from ddp at the same world size.
+
+    The reference is the one ddp run there with the same requested gradient-sync mode
+    and no options; with none, or several, there is no comparison.
+    """
+    ddp = [
+        r
+        for r in records
+        if r["strategy"] == "ddp"
+        and r["world_size"] == record["world_size"]
+        and r["gradient_sync_requested"] == record["gradient_sync_requested"]
+        and not r["strategy_options"]
+    ]
+    if len(ddp) != 1 or ddp[0] is record or not ddp[0][key] or record[key] is None:
         return None
+    ddp = ddp[0]
     return (record[key] - ddp[key]) / ddp[key]
 
 
-def notes(record: dict) -> str:
+def notes(record: dict, records: list[dict]) -> str:
     flags = []
+    base = scaling_base(record, records)
+    if base and base["torch_threads"] != record["torch_threads"]:
+        flags.append(
+            f"scaling base ran {base['torch_threads']} threads/rank, this run "
+            f"{record['torch_threads']}"
+        )
     if record["single_run"]:
         flags.append("single run")
     if record["noisy"]:
@@ -78,20 +113,22 @@ def train_row(record: dict, records: list[dict]) -> list[str]:
     saving = against_ddp(record, records, "peak_memory_bytes")
     return [
         record["strategy"],
+        options_text(record["strategy_options"]) or DASH,
+        cell(sync_text(record)),
+        number(record["gradient_syncs_per_step"], 2),
         str(record["world_size"]),
-        record["precision"],
         number(record["data_ms"], 2),
         number(record["forward_backward_ms"], 2),
         number(record["optimizer_ms"], 2),
-        number(record["step_ms"], 2),
+        mean_std(record["step_ms"], record["step_ms_std"], repeated, 2),
         mean_std(record["tokens_per_s"], record["tokens_per_s_std"], repeated, 0),
         mfu(record["mfu"]),
-        size(record["peak_memory_bytes"]),
+        size(record["peak_memory_bytes"], record["peak_memory_bytes_std"] if repeated else None),
         size(record["model_state_bytes"]),
         percent(scaling_efficiency(record, records)),
         DASH if saving is None else percent(-saving, signed=True),
         percent(against_ddp(record, records, "step_ms"), signed=True),
-        notes(record),
+        notes(record, records),
     ]
 
 
@@ -108,7 +145,7 @@ def runtime_row(document: dict) -> list[str]:
     checkpoint = checkpoint_record(document)
     training = document["config"].get("training", {})
     return [
-        record["strategy"],
+        variant_label(record),
         str(record["world_size"]),
         str(record["trials"]),
         str(training.get("steps")),
@@ -120,22 +157,26 @@ def runtime_row(document: dict) -> list[str]:
 
 
 def train_tables(documents: list[dict]) -> list[Table]:
-    """Per comparable-settings group: the metrics table and the runtime state."""
+    """Per group of equal work: the metrics table and the runtime state."""
     tables = []
-    for group in grouping.split(documents, grouping.settings_key):
-        ok = sorted((d for d in group if d["status"] == "ok"), key=lambda d: order(train_record(d)))
-        if not ok:
-            continue
-        records = [train_record(d) for d in ok]
-        title = f"Training: {grouping.describe_settings(ok[0])}"
+    ok = [d for d in documents if d["status"] == "ok"]
+    differing = grouping.settings_differences(ok)
+    for group in grouping.split(ok, grouping.settings_key):
+        group = sorted(group, key=lambda d: order(train_record(d)))
+        records = [train_record(d) for d in group]
+        title = f"Training: {grouping.describe_settings(group[0], differing)}"
         rows = [train_row(r, records) for r in records]
         legend = [
-            "tokens/s is mean ± std over trials when repeated; CV above 5% is flagged noisy.",
-            "scaling eff. is against the same strategy at its smallest world size here; "
-            "memory and step time are relative to ddp at the same world size.",
+            "step ms, tokens/s and peak memory are mean ± std over trials when repeated; "
+            "CV of tokens/s above 5% is flagged noisy.",
+            "grad sync is the gradient-sync mode the strategy used (the requested one in "
+            "parentheses when it differs); syncs/step counts the synchronisations per step.",
+            "scaling eff. compares runs equal in all but world size (same strategy, options "
+            "and gradient sync) against the smallest world size among them; memory and step "
+            "time are relative to ddp (no options, same requested sync) at the same world size.",
         ]
         tables.append(Table(title, TRAIN_COLUMNS, rows, legend))
-        tables.append(Table("Runtime state", RUNTIME_COLUMNS, [runtime_row(d) for d in ok]))
+        tables.append(Table("Runtime state", RUNTIME_COLUMNS, [runtime_row(d) for d in group]))
     return tables
 
 
