@@ -21,6 +21,7 @@ import attrs
 
 from mtb import config as config_mod
 from mtb import gpu_guard, memory, provenance
+from mtb.checkpoint import lock as checkpoint_lock
 from mtb.errors import RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
@@ -300,7 +301,8 @@ def launch(config, pm) -> dict | None:
         preflight(config, pm)
     announce(config)
     try:
-        return _run(config, pm)
+        with checkpoint_lock.for_run(config):  # one writer per checkpoint directory
+            return _run(config, pm)
     except LaunchTimeout as error:
         record_failure(config, pm, "timeout", str(error))
         raise RunFailed(str(error)) from None
