@@ -85,10 +85,9 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
-    """Run ``python -m mtb ARGS`` in ``cwd``; past ``timeout_s`` kill its process group."""
-    started = time.perf_counter()
-    child = subprocess.Popen(
+def start(args: list[str], cwd) -> subprocess.Popen:
+    """Start ``python -m mtb ARGS`` in ``cwd`` in its own process group."""
+    return subprocess.Popen(
         [sys.executable, "-m", "mtb", *args],
         cwd=cwd,
         env=_child_env(),
@@ -97,6 +96,10 @@ def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
         text=True,
         start_new_session=True,
     )
+
+
+def finish(label: str, args: list[str], child, started: float, timeout_s: float) -> Launch:
+    """Wait for a started child; past ``timeout_s`` kill its process group."""
     try:
         out, err = child.communicate(timeout=timeout_s)
         code = child.returncode
@@ -107,3 +110,9 @@ def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
     finally:
         _kill_group(child.pid)
     return Launch(label, list(args), code, time.perf_counter() - started, out, err)
+
+
+def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
+    """Run ``python -m mtb ARGS`` in ``cwd``; past ``timeout_s`` kill its process group."""
+    started = time.perf_counter()
+    return finish(label, args, start(args, cwd), started, timeout_s)
