@@ -135,3 +135,31 @@ def test_a_full_disk_fails_the_save_in_one_line_and_keeps_the_older_checkpoint(
     assert document["status"] == "failed" and "No space left on device" in document["error"]
     assert [e.step for e in layout.published(ck)] == [2] and check_intact(ck / "step_00000002")
     assert layout.read_latest(ck) == "step_00000002"
+
+
+def test_a_held_directory_refuses_a_one_process_run_before_it_starts(invoke, tmp_path):
+    ck = tmp_path / "ck"
+    with lock.held(ck, "mtb test"):
+        done = invoke("run", "--preset", "tiny", "--steps", 2, "--warmup-steps", 0,
+                      "--checkpoint-dir", ck, "--save-every", 1,
+                      "--output", tmp_path / "r.json")  # fmt: skip
+    assert done.exit_code == 2
+    assert f"is in use by mtb test (pid {os.getpid()} on " in done.output
+    assert not (tmp_path / "r.json").exists() and not list(ck.glob("step_*"))
+
+
+def test_under_torchrun_a_refused_run_leaves_a_failure_document(tmp_path):
+    """Workers had started when rank 0 finds the directory taken: the refusal is recorded."""
+    ck, out = tmp_path / "ck", tmp_path / "r.json"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+              "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "mtb"]  # fmt: skip
+    args = [*DDP[5:], "--steps", 2, "--checkpoint-dir", ck, "--output", out]
+    with lock.held(ck, "mtb test"):
+        done = subprocess.run(
+            [*launch, "run", "--strategy", "ddp", *map(str, args)],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    assert done.returncode != 0
+    document = read_json(out)
+    assert document["status"] == "failed"
+    assert f"is in use by mtb test (pid {os.getpid()} on " in document["error"]

@@ -306,6 +306,10 @@ def launch(config, pm) -> dict | None:
     except LaunchTimeout as error:
         record_failure(config, pm, "timeout", str(error))
         raise RunFailed(str(error)) from None
+    except checkpoint_lock.DirectoryBusy as error:
+        if launched_by_torchrun():  # the workers had started: leave a trace of the run
+            record_failure(config, pm, "failed", str(error))
+        raise
     except UsageError:
         raise
     except Exception as error:
