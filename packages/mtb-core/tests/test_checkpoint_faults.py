@@ -163,3 +163,26 @@ def test_under_torchrun_a_refused_run_leaves_a_failure_document(tmp_path):
     document = read_json(out)
     assert document["status"] == "failed"
     assert f"is in use by mtb test (pid {os.getpid()} on " in document["error"]
+
+
+def test_a_file_size_limit_fails_the_save_in_one_line_without_root(tmp_path):
+    """RLIMIT_FSIZE in the launched process (inherited by its workers): EFBIG, not SIGXFSZ."""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    ck, out = tmp_path / "ck", tmp_path / "r.json"
+    args = [*DDP, "--checkpoint-dir", ck, "--steps", 4, "--output", out]
+    done = subprocess.run(
+        [sys.executable, "-m", "mtb", *map(str, args)],
+        preexec_fn=cap, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (line,) = error_lines(done)
+    assert (
+        "No space left on device (a file reached the file-size limit) while saving "
+        f"step_00000002 into {ck} (" in line
+    )
+    assert "No space left on device" in read_json(out)["error"]
+    assert not layout.published(ck) and layout.read_latest(ck) is None

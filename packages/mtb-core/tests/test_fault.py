@@ -101,17 +101,6 @@ def test_outcome_with_an_error_fails():
     assert not outcome.passed and outcome.document()["error"] == "KeyError: 'step'"
 
 
-def test_a_skipped_outcome_is_neither_passed_nor_failed_in_the_document():
-    from mtb.fault.report import table
-
-    outcome = Outcome("disk-full")
-    outcome.skipped = "cannot mount a tmpfs (needs root)"
-    assert outcome.passed and outcome.document()["status"] == "skipped"
-    doc = {"strategy": "ddp", "seconds": 1.0, "status": "ok", "scenarios": [outcome.document()]}
-    (row,) = zip(*[column._cells for column in table(doc).columns], strict=True)
-    assert row[1] == "SKIP" and row[4] == "skipped: cannot mount a tmpfs (needs root)"
-
-
 def test_unknown_scenarios_are_refused_with_the_valid_names(invoke):
     result = invoke("fault", "smoke", "--scenarios", "nan,bogus")
     assert result.exit_code == 2

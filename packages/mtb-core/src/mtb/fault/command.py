@@ -67,7 +67,7 @@ def smoke_command(pm, scenarios, strategy, workdir, output, timeout_s):
 
     Scenarios: nan, kill-during-save, config-mismatch, rank-crash,
     auto-recovery, corrupt, retention, stale-steps, two-writers, disk-full
-    (see docs/faults.md; disk-full mounts a tmpfs and is skipped without root). Writes one JSON
+    (see docs/faults.md). Writes one JSON
     document (kind "fault") and prints a table; exits 1 when any scenario fails.
     """
     from mtb.console import stdout

@@ -13,8 +13,6 @@ class Outcome:
     evidence: dict = attrs.field(factory=dict)
     seconds: float = 0.0
     error: str | None = None
-    #: why the scenario could not run here (e.g. it needs root); neither passed nor failed
-    skipped: str | None = None
 
     def check(self, what: str, ok, detail=None) -> bool:
         """Record one check; returns whether it held, so a scenario can stop early."""
@@ -23,24 +21,14 @@ class Outcome:
 
     @property
     def passed(self) -> bool:
-        """Skipped counts as passed: the smoke's verdict is about what could run."""
-        if self.error is None and self.skipped is not None:
-            return True
         return self.error is None and bool(self.checks) and all(c["ok"] for c in self.checks)
-
-    @property
-    def status(self) -> str:
-        if self.error is None and self.skipped is not None:
-            return "skipped"
-        return "passed" if self.passed else "failed"
 
     def document(self) -> dict:
         return {
             "name": self.name,
-            "status": self.status,
+            "status": "passed" if self.passed else "failed",
             "seconds": round(self.seconds, 2),
             "error": self.error,
-            "skipped": self.skipped,
             "checks": self.checks,
             "launches": self.launches,
             "evidence": self.evidence,

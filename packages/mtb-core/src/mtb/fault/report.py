@@ -36,9 +36,6 @@ def write(doc: dict, path: str) -> None:
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
-VERDICTS = {"passed": "PASS", "skipped": "SKIP"}
-
-
 def table(doc: dict) -> Table:
     """One row per scenario: verdict, time, checks held, and what failed."""
     title = f"mtb fault smoke: {doc['strategy']}, {doc['seconds']:g} s, {doc['status']}"
@@ -49,10 +46,9 @@ def table(doc: dict) -> Table:
         held = sum(c["ok"] for c in scenario["checks"])
         failed = [c["check"] for c in scenario["checks"] if not c["ok"]]
         failed += [scenario["error"]] if scenario["error"] else []
-        failed += [f"skipped: {scenario['skipped']}"] if scenario.get("skipped") else []
         result.add_row(
             scenario["name"],
-            VERDICTS.get(scenario["status"], "[bold red]FAIL[/]"),
+            "PASS" if scenario["status"] == "passed" else "[bold red]FAIL[/]",
             f"{scenario['seconds']:.1f}",
             f"{held}/{len(scenario['checks'])}",
             "; ".join(failed),
