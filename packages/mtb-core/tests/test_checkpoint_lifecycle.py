@@ -222,3 +222,14 @@ def test_a_current_format_without_the_digest_is_refused(tmp_path):
     (step_dir / layout.READY).write_text("")
     with pytest.raises(meta.CheckpointError, match=r"READY holds no digest of metadata\.json"):
         meta.check_intact(step_dir)
+
+
+def test_inspect_names_an_edited_metadata(invoke, tmp_path):
+    step_dir = make_checkpoint(tmp_path, 2)
+    path = step_dir / layout.METADATA
+    path.write_text(path.read_text().replace('"step": 2', '"step": 3'))
+    report = json.loads(invoke("checkpoint", "inspect", step_dir).output)
+    assert report["files_match"] is False
+    assert report["problems"] == [
+        "metadata.json does not match the SHA256 in READY (edited or damaged)"
+    ]

@@ -87,7 +87,8 @@ def list_command(directory, as_json):
 @checkpoint_group.command("inspect")
 @click.argument("path", metavar="PATH")
 def inspect_command(path):
-    """Print a checkpoint's metadata.json, with whether its files still match it."""
+    """Print a checkpoint's metadata.json, with whether its files (and READY's digest of
+    metadata.json) still match it."""
     from mtb.checkpoint import layout
     from mtb.checkpoint import metadata as meta
 
@@ -96,6 +97,7 @@ def inspect_command(path):
         raise UsageError(f"PATH: {path} is not a checkpoint directory")
     document = meta.read(step_dir)
     problems = meta.file_problems(step_dir, document)
+    problems += filter(None, [meta.metadata_problem(step_dir, document)])
     report = {
         "path": str(step_dir),
         "ready": (step_dir / layout.READY).is_file(),
