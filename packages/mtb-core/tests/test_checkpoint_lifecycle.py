@@ -233,3 +233,35 @@ def test_inspect_names_an_edited_metadata(invoke, tmp_path):
     assert report["problems"] == [
         "metadata.json does not match the SHA256 in READY (edited or damaged)"
     ]
+
+
+def test_a_failed_write_becomes_one_line_naming_the_cause(tmp_path):
+    import errno
+
+    from mtb.checkpoint import write_errors
+
+    class PerRank(BaseException):  # what DCP raises: a BaseException holding each rank's error
+        def __init__(self, failures):
+            self.failures = failures
+
+    full = PerRank({0: (OSError(errno.ENOSPC, "No space left on device"), None),
+                    1: (RuntimeError("unexpected pos 704 vs 598"), None)})  # fmt: skip
+    line = write_errors.describe(full, tmp_path, "step_00000004")
+    assert line.startswith(
+        f"checkpoint.dir: No space left on device while saving step_00000004 into {tmp_path} ("
+    )
+    assert " free of " in line
+    capped = RuntimeError("save failed")
+    capped.__cause__ = OSError(errno.EFBIG, "File too large")
+    assert "(a file reached the file-size limit)" in write_errors.describe(capped, tmp_path, "s")
+    other = PerRank({1: (ValueError("bad shape"), None)})
+    assert write_errors.describe(other, tmp_path, "s") == (
+        "checkpoint save of s failed on rank(s) [1]: ValueError: bad shape"
+    )
+    # a short write with plenty of room left is not called a full disk
+    assert write_errors.describe(RuntimeError("unexpected pos 1 vs 2"), tmp_path, "s") is None
+    with (
+        pytest.raises(write_errors.SaveFailed, match="No space left on device"),
+        write_errors.one_line_failures(tmp_path, "step_00000004"),
+    ):
+        raise full

@@ -6,6 +6,9 @@ directory by rename, writes READY, replaces ``latest`` and only then prunes.
 With async saves the payload is written in the background over a separate
 gloo group, and publication happens there once every rank's write is done;
 the previous save is awaited before the next one and before the run ends.
+A resumed run first moves aside the step directories after its resume point
+(see recovery.py), so its saves never collide with them; a save that cannot
+write fails with one line (see write_errors.py).
 """
 
 import os

@@ -45,12 +45,14 @@ def causes(error: BaseException):
             stack += [pair[0] if isinstance(pair, tuple) else pair for pair in failures.values()]
 
 
-def size(count: int) -> str:
+def size(count: float) -> str:
+    """``count`` bytes for people: 0 B, 12.3 KiB, 1.0 MiB, 77.9 GiB."""
+    unit = "B"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if count < 1024 or unit == "GiB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+            break
         count /= 1024
-    return ""
+    return f"{count:,.0f} B" if unit == "B" else f"{count:,.1f} {unit}"
 
 
 def space(directory: Path) -> tuple[int, int] | None:
