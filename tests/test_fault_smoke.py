@@ -1,6 +1,6 @@
 """``mtb fault smoke``: every scenario passes on 2 real ranks, and its evidence shows why.
 
-The smoke runs once for the module (about 13 launches of the tiny preset);
+The smoke runs once for the module (about 20 launches of the tiny preset);
 each test then reads one scenario's checks and evidence from its document.
 """
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1500)
 RANK_LINE = re.compile(r"^mtb: rank (\d+): ")
 
 
@@ -24,7 +24,7 @@ def smoke(tmp_path_factory):
         [sys.executable, "-m", "mtb", "fault", "smoke", "--workdir", root / "runs", *flags],
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=1440,
     )
     document = json.loads(output.read_text())
     return done, document, {s["name"]: s for s in document["scenarios"]}
@@ -51,6 +51,9 @@ def test_the_document_and_the_exit_code(smoke):
         "auto-recovery",
         "corrupt",
         "retention",
+        "stale-steps",
+        "two-writers",
+        "disk-full",
     ]
     assert document["kind"] == "fault" and document["schema_version"] >= 1
     assert document["provenance"]["torch"] and document["provenance"]["end_utc"]
@@ -142,3 +145,26 @@ def test_retention_keeps_the_ready_checkpoint_and_clean_removes_the_abandoned(sm
     assert len(temporary) == 2
     assert not any(".tmp-" in name for name in after_clean)
     assert "step_00000002/READY" in after_clean
+
+
+def test_stale_steps_are_moved_aside_and_the_resume_finishes(smoke):
+    scenario = _passed(smoke[2], "stale-steps")
+    moved = _detail(scenario, "step 4 (stale)")
+    assert [m["reason"] for m in moved] == ["stale", "incomplete"]
+    assert any(".stale-" in name for name in scenario["evidence"]["after_run"])
+    assert not any(".stale-" in name for name in scenario["evidence"]["after_clean"])
+    assert _detail(scenario, "resume past the stale steps")["differing"] == []
+
+
+def test_two_writers_refuse_the_second_naming_the_first(smoke):
+    scenario = _passed(smoke[2], "two-writers")
+    first, second = scenario["launches"]
+    assert second["exit_code"] == 2 and "is in use by mtb run (pid " in second["stderr"][-1]
+    assert first["exit_code"] == 0
+
+
+def test_disk_full_says_so_in_one_line(smoke):
+    scenario = _passed(smoke[2], "disk-full")
+    (full,) = scenario["launches"]
+    assert full["exit_code"] == 1 and "No space left on device" in full["stderr"][-1]
+    assert "--resume latest" in full["command"]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mtb import config as config_mod
-from mtb.checkpoint import layout, selection
+from mtb.checkpoint import layout, recovery, selection
 from mtb.checkpoint import metadata as meta
 
 
@@ -112,7 +112,9 @@ def test_pruning_keeps_the_newest_ready_and_ignores_temporary_directories(tmp_pa
     assert [p.name for p in layout.prune(tmp_path, keep_last=1)] == ["step_00000004"]
     assert [e.step for e in layout.published(tmp_path)] == [6]
     assert layout.prune(tmp_path, keep_last=0) == []
-    assert sorted(p.name for p in layout.clean(tmp_path)) == sorted(p.name for p in abandoned)
+    plan = recovery.plan_clean(tmp_path)
+    assert sorted(p.name for p, _ in plan.doomed) == sorted(p.name for p in abandoned)
+    recovery.apply_clean(tmp_path, plan)
     assert [e.step for e in layout.scan(tmp_path)] == [6]
 
 
@@ -137,3 +139,129 @@ def test_steps_cadence_and_lr_may_differ(tmp_path):
         "world_size: checkpoint 2, run 4",
         "training.lr: checkpoint 0.0003, run 0.001",
     ]
+
+
+def damaged_layout(root):
+    """READY 2 and 4, latest lagging at 2, a READY 6 with a cut shard, an unfinished 8."""
+    for step in (2, 4, 6):
+        make_checkpoint(root, step)
+    shard = root / "step_00000006" / "payload" / "shard.bin"
+    shard.write_bytes(shard.read_bytes()[:10])
+    make_checkpoint(root, 8, ready=False)
+    layout.write_latest(root, 2)
+
+
+def test_resume_point_clears_the_way_moving_later_steps_aside(tmp_path):
+    damaged_layout(tmp_path)
+    kept = {p.name: sorted(f.name for f in p.rglob("*")) for p in tmp_path.glob("step_*")}
+    cleared = recovery.clear_way(tmp_path, 2, tmp_path / "step_00000002")
+    moved = {m["source"]: m for m in cleared["moved_aside"]}
+    assert {name: m["reason"] for name, m in moved.items()} == {
+        "step_00000004": "stale",
+        "step_00000006": "damaged",
+        "step_00000008": "incomplete",
+    }
+    assert "payload/shard.bin: 10 bytes, expected" in moved["step_00000006"]["why"]
+    for name, m in moved.items():
+        assert layout.ASIDE_PATTERN.match(m["target"]) and m["target"].startswith(name + ".")
+        assert sorted(f.name for f in (tmp_path / m["target"]).rglob("*")) == kept[name]
+    assert [e.step for e in layout.published(tmp_path)] == [2]
+    assert [e.aside for e in layout.scan(tmp_path) if e.aside] == ["stale", "damaged", "incomplete"]
+    assert cleared["latest"] is None and layout.read_latest(tmp_path) == "step_00000002"
+    line = recovery.announcement(tmp_path, cleared)
+    assert line.count("\n") == 0 and "step_00000004 -> step_00000004.stale-" in line
+    assert f"mtb checkpoint clean {tmp_path}" in line
+
+
+def test_a_resume_point_elsewhere_leaves_latest_and_without_one_it_goes(tmp_path):
+    damaged_layout(tmp_path)
+    cleared = recovery.clear_way(tmp_path, 4, tmp_path / "other" / "step_00000004")
+    assert cleared["latest"] is None and layout.read_latest(tmp_path) == "step_00000002"
+    cleared = recovery.clear_way(tmp_path, 0, None)
+    assert cleared["latest"] == "latest step_00000002 -> removed"
+    assert not layout.in_place(tmp_path) and not (tmp_path / layout.LATEST).exists()
+
+
+def test_clean_removes_what_nothing_resumes_and_repairs_latest(tmp_path):
+    damaged_layout(tmp_path)
+    layout.move_aside(make_checkpoint(tmp_path, 10), "stale")
+    layout.write_latest(tmp_path, 10)  # names a directory that is gone
+    (tmp_path / ".latest.abc123.tmp").write_text("step_")
+    plan = recovery.plan_clean(tmp_path)
+    reasons = {path.name: why for path, why in plan.doomed}
+    assert reasons["step_00000006"].startswith("damaged: files do not match")
+    assert reasons["step_00000008"] == "incomplete: not READY"
+    assert reasons[".latest.abc123.tmp"] == "leftover temporary pointer"
+    assert any(why == "moved aside: stale" for why in reasons.values())
+    assert plan.latest == "latest step_00000010 -> step_00000004"
+    recovery.apply_clean(tmp_path, plan)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "latest",
+        "step_00000002",
+        "step_00000004",
+    ]
+    assert layout.read_latest(tmp_path) == "step_00000004"
+    assert recovery.plan_clean(tmp_path) == recovery.CleanPlan([], None, 4)
+
+
+def test_ready_holds_the_metadata_digest_and_an_edit_is_refused(tmp_path):
+    older = make_checkpoint(tmp_path, 2)
+    newest = make_checkpoint(tmp_path, 4)
+    digest = layout.sha256_file(newest / layout.METADATA)
+    assert (newest / layout.READY).read_text() == f"{digest}  metadata.json\n"
+    path = newest / layout.METADATA
+    path.write_text(path.read_text().replace('"step": 4', '"step": 8'))
+    with pytest.raises(meta.CheckpointError, match="does not match the SHA256 in READY"):
+        selection.choose("4", tmp_path)
+    choice = selection.choose("latest", tmp_path)
+    assert choice.path == older and "metadata.json does not match the SHA256" in choice.reason
+
+
+def test_a_current_format_without_the_digest_is_refused(tmp_path):
+    step_dir = make_checkpoint(tmp_path, 2)
+    (step_dir / layout.READY).write_text("")
+    with pytest.raises(meta.CheckpointError, match=r"READY holds no digest of metadata\.json"):
+        meta.check_intact(step_dir)
+
+
+def test_inspect_names_an_edited_metadata(invoke, tmp_path):
+    step_dir = make_checkpoint(tmp_path, 2)
+    path = step_dir / layout.METADATA
+    path.write_text(path.read_text().replace('"step": 2', '"step": 3'))
+    report = json.loads(invoke("checkpoint", "inspect", step_dir).output)
+    assert report["files_match"] is False
+    assert report["problems"] == [
+        "metadata.json does not match the SHA256 in READY (edited or damaged)"
+    ]
+
+
+def test_a_failed_write_becomes_one_line_naming_the_cause(tmp_path):
+    import errno
+
+    from mtb.checkpoint import write_errors
+
+    class PerRank(BaseException):  # what DCP raises: a BaseException holding each rank's error
+        def __init__(self, failures):
+            self.failures = failures
+
+    full = PerRank({0: (OSError(errno.ENOSPC, "No space left on device"), None),
+                    1: (RuntimeError("unexpected pos 704 vs 598"), None)})  # fmt: skip
+    line = write_errors.describe(full, tmp_path, "step_00000004")
+    assert line.startswith(
+        f"checkpoint.dir: No space left on device while saving step_00000004 into {tmp_path} ("
+    )
+    assert " free of " in line
+    capped = RuntimeError("save failed")
+    capped.__cause__ = OSError(errno.EFBIG, "File too large")
+    assert "(a file reached the file-size limit)" in write_errors.describe(capped, tmp_path, "s")
+    other = PerRank({1: (ValueError("bad shape"), None)})
+    assert write_errors.describe(other, tmp_path, "s") == (
+        "checkpoint save of s failed on rank(s) [1]: ValueError: bad shape"
+    )
+    # a short write with plenty of room left is not called a full disk
+    assert write_errors.describe(RuntimeError("unexpected pos 1 vs 2"), tmp_path, "s") is None
+    with (
+        pytest.raises(write_errors.SaveFailed, match="No space left on device"),
+        write_errors.one_line_failures(tmp_path, "step_00000004"),
+    ):
+        raise full

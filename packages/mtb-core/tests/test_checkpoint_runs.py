@@ -114,7 +114,7 @@ def test_list_inspect_and_clean(invoke, runs, tmp_path):
     inspected = json.loads(invoke("checkpoint", "inspect", directory / "step_00000006").output)
     assert inspected["files_match"] and inspected["metadata"]["step"] == 6
     cleaned = invoke("checkpoint", "clean", directory)
-    assert "removed 1 incomplete checkpoint(s)" in cleaned.output
+    assert "removed 1 unusable item(s)" in cleaned.output
     assert not (directory / "step_00000009.tmp-0a0b").exists()
 
 

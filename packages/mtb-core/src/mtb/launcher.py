@@ -21,6 +21,7 @@ import attrs
 
 from mtb import config as config_mod
 from mtb import gpu_guard, memory, provenance
+from mtb.checkpoint import lock as checkpoint_lock
 from mtb.errors import RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
@@ -301,10 +302,15 @@ def launch(config, pm) -> dict | None:
         preflight(config, pm)
     announce(config)
     try:
-        return _run(config, pm)
+        with checkpoint_lock.for_run(config):  # one writer per checkpoint directory
+            return _run(config, pm)
     except LaunchTimeout as error:
         record_failure(config, pm, "timeout", str(error))
         raise RunFailed(str(error)) from None
+    except checkpoint_lock.DirectoryBusy as error:
+        if launched_by_torchrun():  # the workers had started: leave a trace of the run
+            record_failure(config, pm, "failed", str(error))
+        raise
     except UsageError:
         raise
     except Exception as error:

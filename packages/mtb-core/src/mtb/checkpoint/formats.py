@@ -2,17 +2,19 @@
 
 Version 1 did not say what a checkpoint contains; version 2 lists it in
 ``contents`` (payload backend, train state, the ranks whose RNG states were
-saved). Reading an older checkpoint goes through :func:`upgrade`, one
-version at a time, in memory: the files on disk are never rewritten. What an
-upgraded checkpoint lacks (RNG states, for example) is listed, and a resume
-from it is not exact. A newer format than this mtb knows is refused.
+saved); version 3 writes the SHA256 of metadata.json into READY, so an
+edited metadata.json is detected (``contents.metadata_digest``). Reading
+an older checkpoint goes through :func:`upgrade`, one version at a time,
+in memory: the files on disk are never rewritten. What an upgraded
+checkpoint lacks (RNG states, for example) is listed, and a resume from it
+is not exact. A newer format than this mtb knows is refused.
 """
 
 from pathlib import Path
 
 from mtb.checkpoint.layout import RNG_DIR, TRAIN_STATE
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 OLDEST = 1
 
 
@@ -28,6 +30,7 @@ def contents(files: dict, world_size: int, backend: str) -> dict:
         "train_state": TRAIN_STATE in files,
         "rng_ranks": rng,
         "world_size": world_size,
+        "metadata_digest": True,
     }
 
 
@@ -40,6 +43,8 @@ def lacking(document: dict) -> list[str]:
         lacks.append(f"RNG state of rank(s) {', '.join(map(str, missing))}")
     if not held["train_state"]:
         lacks.append("train state")
+    if not held["metadata_digest"]:
+        lacks.append("a digest of metadata.json")
     return lacks
 
 
@@ -49,7 +54,13 @@ def _from_1(document: dict) -> dict:
     return {**document, "format_version": 2, "contents": held}
 
 
-UPGRADES = {1: _from_1}
+def _from_2(document: dict) -> dict:
+    """2 -> 3: READY was empty, so nothing vouches for metadata.json itself."""
+    held = {**document["contents"], "metadata_digest": False}
+    return {**document, "format_version": 3, "contents": held}
+
+
+UPGRADES = {1: _from_1, 2: _from_2}
 
 
 def problem(version) -> str | None:

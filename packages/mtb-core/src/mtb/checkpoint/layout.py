@@ -5,6 +5,8 @@ Layout (see docs/checkpoints.md)::
     DIR/latest                 text naming the newest published step, replaced atomically
     DIR/step_00000010/         published: metadata.json, then READY written last
     DIR/step_00000012.tmp-XY/  being written or abandoned; never resumed
+    DIR/step_00000014.stale-20260101T000000Z/
+                               moved aside by a resume (stale, damaged or incomplete); kept
 
 Nothing here imports torch.
 """
@@ -30,6 +32,11 @@ SUMMARIES = ("metadata.md", "metadata_zh.md")
 LATEST = "latest"
 STEP_PATTERN = re.compile(r"^step_(\d{8})$")
 TMP_PATTERN = re.compile(r"^step_(\d{8})\.tmp-[0-9a-f]+$")
+#: why a resume moved a step directory out of its way
+ASIDE_REASONS = ("stale", "damaged", "incomplete")
+ASIDE_PATTERN = re.compile(r"^step_(\d{8})\.(stale|damaged|incomplete)-\d{8}T\d{6}Z(-\d+)?$")
+#: write_atomic's temporary files of ``latest``, left behind by a process killed mid-write
+LATEST_TMP_GLOB = f".{LATEST}.*.tmp"
 
 
 def step_name(step: int) -> str:
@@ -47,10 +54,12 @@ class Entry:
     path: Path
     step: int
     temporary: bool
+    #: why it was moved aside (None: a step or temporary directory in place)
+    aside: str | None = None
 
     @property
     def ready(self) -> bool:
-        return not self.temporary and (self.path / READY).is_file()
+        return not self.temporary and self.aside is None and (self.path / READY).is_file()
 
     def size_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
@@ -69,7 +78,27 @@ def scan(directory: Path) -> list[Entry]:
             match = pattern.match(child.name)
             if match and child.is_dir():
                 entries.append(Entry(child, int(match.group(1)), temporary))
+        aside = ASIDE_PATTERN.match(child.name)
+        if aside and child.is_dir():
+            entries.append(Entry(child, int(aside.group(1)), False, aside.group(2)))
     return sorted(entries, key=lambda e: (e.step, e.temporary, e.path.name))
+
+
+def in_place(directory: Path) -> list[Entry]:
+    """``step_N`` directories, READY or not (neither temporary nor moved aside)."""
+    return [e for e in scan(directory) if not e.temporary and e.aside is None]
+
+
+def move_aside(path: Path, reason: str) -> Path:
+    """Rename a step directory to ``step_N.REASON-UTCSTAMP`` (kept, never resumed)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.{reason}-{stamp}")
+    count = 1
+    while target.exists():
+        count += 1
+        target = path.with_name(f"{path.name}.{reason}-{stamp}-{count}")
+    os.rename(path, target)
+    return target
 
 
 def published(directory: Path) -> list[Entry]:
@@ -108,16 +137,28 @@ def file_digests(step_dir: Path) -> dict[str, dict]:
     }
 
 
+def ready_text(step_dir: Path) -> str:
+    """READY's content: the SHA256 of metadata.json, in ``sha256sum`` format."""
+    return f"{sha256_file(step_dir / METADATA)}  {METADATA}\n"
+
+
+def ready_digest(step_dir: Path) -> str | None:
+    """The metadata.json digest READY holds (None: an empty READY, as before format 3)."""
+    words = (step_dir / READY).read_text(encoding="utf-8", errors="replace").split()
+    return words[0] if words else None
+
+
 def publish(tmp_dir: Path, step: int) -> Path:
     """Rename a finished temporary directory to its step name, then write READY.
 
-    An existing step directory is never replaced: that is an error.
+    READY holds the digest of metadata.json, so an edited metadata.json is
+    detected. An existing step directory is never replaced: that is an error.
     """
     final = tmp_dir.parent / step_name(step)
     if final.exists():
         raise FileExistsError(f"{final.name} already exists; a checkpoint is never overwritten")
     os.rename(tmp_dir, final)
-    write_atomic(final / READY, "")
+    write_atomic(final / READY, ready_text(final))
     _fsync_dir(final.parent)
     return final
 
@@ -155,11 +196,3 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     for entry in doomed:
         shutil.rmtree(entry.path)
     return [entry.path for entry in doomed]
-
-
-def clean(directory: Path) -> list[Path]:
-    """Remove abandoned temporary directories and published ones without READY."""
-    doomed = [e.path for e in scan(directory) if not e.ready]
-    for path in doomed:
-        shutil.rmtree(path)
-    return doomed

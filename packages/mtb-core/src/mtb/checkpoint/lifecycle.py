@@ -6,6 +6,9 @@ directory by rename, writes READY, replaces ``latest`` and only then prunes.
 With async saves the payload is written in the background over a separate
 gloo group, and publication happens there once every rank's write is done;
 the previous save is awaited before the next one and before the run ends.
+A resumed run first moves aside the step directories after its resume point
+(see recovery.py), so its saves never collide with them; a save that cannot
+write fails with one line (see write_errors.py).
 """
 
 import os
@@ -19,7 +22,7 @@ import attrs
 import torch.distributed as dist
 
 from mtb import distributed, provenance
-from mtb.checkpoint import layout, selection, state, summary
+from mtb.checkpoint import layout, recovery, selection, state, summary, write_errors
 from mtb.checkpoint import metadata as meta
 from mtb.errors import UsageError
 from mtb.reporting import write_atomic
@@ -144,6 +147,7 @@ class Checkpointer:
         self.group = None
         self.executor = None
         self.abandoned = self.report_abandoned()
+        self.cleared = None
         if self.settings.async_save and self.directory is not None:
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtb-ckpt")
             if context.distributed:
@@ -178,20 +182,33 @@ class Checkpointer:
         spec = self.resume_spec()
         if spec is None:
             return None
-        choice = distributed.agree(self.context, lambda: selection.choose(spec, self.directory))
-        return choice if choice.path is not None else None
+        return distributed.agree(self.context, lambda: selection.choose(spec, self.directory))
+
+    def clear_way(self, step: int, path: Path | None) -> None:
+        """Rank 0: move aside step directories after the resume point, repair ``latest``."""
+        if self.directory is None or not self.context.is_main:
+            return
+        self.cleared = recovery.clear_way(self.directory, step, path)
+        line = recovery.announcement(self.directory, self.cleared)
+        if line:
+            print(line, file=sys.stderr, flush=True)
 
     def resume(self, engine) -> Resumed | None:
         """Load the chosen checkpoint into ``engine`` and the RNGs; None to start at step 0."""
         choice = self.choose()
-        if choice is None:
+        if choice is None or choice.path is None:
+            if choice is not None:
+                self.clear_way(0, None)
             return None
         document = choice.metadata
         world = self.context.world_size
         allowed = admissible(choice, self.config, world, self.backend)
+        self.clear_way(document["step"], choice.path)
         started = time.perf_counter()
         self.backend.load(engine, choice.path, self.context)
-        train_state = state.load_train_state(choice.path)
+        saved = state.load_train_state(choice.path)
+        train_state, rebuilt = state.with_scheduler(saved, self.config.training)
+        lacks = document["lacks"] + (["scheduler state (rebuilt from the config)"] * rebuilt)
         same_world = document["world_size"] == world
         if same_world and self.context.rank in document["contents"]["rng_ranks"]:
             state.restore_rng(state.load_rng(choice.path, self.context.rank))
@@ -204,12 +221,12 @@ class Checkpointer:
             tokens_seen=train_state["tokens_seen"],
             last_lr=train_state["scheduler"]["last_lr"],
             reason=choice.reason,
-            exact=same_world and not document["lacks"],
+            exact=same_world and not lacks,
             from_world_size=document["world_size"],
             allowed_changes=allowed,
             load_s=time.perf_counter() - started,
             upgraded_from=document["upgraded_from"],
-            lacks=document["lacks"],
+            lacks=lacks,
         )
 
     # -- saving ---------------------------------------------------------------------------
@@ -239,6 +256,10 @@ class Checkpointer:
         """
         blocked_from = time.perf_counter()
         self.wait()
+        with write_errors.one_line_failures(self.directory, layout.step_name(completed)):
+            self._write(engine, completed, train_state, blocked_from)
+
+    def _write(self, engine, completed: int, train_state: dict, blocked_from: float) -> None:
         started = time.perf_counter()
         tmp = distributed.agree(self.context, lambda: self._make_temporary(completed))
         state.save_rng(tmp, self.context.rank)
@@ -301,7 +322,9 @@ class Checkpointer:
         """Block until the pending background save is published (its error re-raised)."""
         if self.pending is not None:
             pending, self.pending = self.pending, None
-            pending.result()
+            step = layout.step_name(self.saves[-1].step)
+            with write_errors.one_line_failures(self.directory, step):
+                pending.result()
 
     def close(self) -> None:
         """Await the last save and stop the background writer."""
@@ -320,6 +343,7 @@ class Checkpointer:
             "backend": self.backend.name,
             "async_save": self.settings.async_save,
             "abandoned": self.abandoned,
+            "cleared": self.cleared,
             "saves": [attrs.asdict(s) for s in self.saves],
             "blocked_s_total": sum(s.blocked_s for s in self.saves) + self.final_wait_s,
             "final_wait_s": self.final_wait_s,

@@ -93,11 +93,32 @@ def file_problems(step_dir: Path, document: dict) -> list[str]:
     return problems
 
 
+def metadata_problem(step_dir: Path, document: dict) -> str | None:
+    """Why metadata.json does not match the digest READY holds (None: it does, or none is due).
+
+    Checkpoints older than format 3 have an empty READY: nothing to check,
+    and :func:`formats.lacking` makes their resume inexact.
+    """
+    if not (step_dir / layout.READY).is_file():
+        return None
+    recorded = layout.ready_digest(step_dir)
+    if recorded is None:
+        if document["contents"]["metadata_digest"]:
+            return f"READY holds no digest of {layout.METADATA}"
+        return None
+    if recorded != layout.sha256_file(step_dir / layout.METADATA):
+        return f"{layout.METADATA} does not match the SHA256 in READY (edited or damaged)"
+    return None
+
+
 def check_intact(step_dir: Path) -> dict:
     """The metadata of a READY checkpoint whose files all match it, else CheckpointError."""
     if not (step_dir / layout.READY).is_file():
         raise CheckpointError(f"{step_dir}: not READY (the save did not finish)")
     document = read(step_dir)
+    problem = metadata_problem(step_dir, document)
+    if problem:
+        raise CheckpointError(f"{step_dir}: {problem}")
     problems = file_problems(step_dir, document)
     if problems:
         raise CheckpointError(

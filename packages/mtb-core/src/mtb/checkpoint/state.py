@@ -102,6 +102,23 @@ def train_state(completed: int, tokens_seen: int, lr: float, config, dp_world_si
 TRAIN_STATE_KEYS = ("step", "tokens_seen", "data")
 
 
+def with_scheduler(saved: dict, training) -> tuple[dict, bool]:
+    """A loaded train state with its scheduler state, and whether it had to be rebuilt.
+
+    Early format-1 checkpoints saved no scheduler entry; the schedule is a
+    function of the step, so it is rebuilt from ``training`` (the run's
+    config), and the resume is then not exact.
+    """
+    if "scheduler" in saved:
+        return saved, False
+    from mtb.schedule import lr_at
+
+    step = saved["step"]
+    last_lr = lr_at(step - 1, training, training.steps) if step > 0 else None
+    rebuilt = {"schedule": training.lr_schedule, "step": step, "last_lr": last_lr}
+    return {**saved, "scheduler": rebuilt}, True
+
+
 def local_digests(engine, backend, current: dict, rng: dict) -> dict:
     """This rank's digests of model, optimizer, scheduler, train state and RNG.
 

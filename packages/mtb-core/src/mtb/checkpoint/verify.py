@@ -51,7 +51,7 @@ def digests_of(config, pm) -> dict:
     backend = lifecycle.backend_for(pm, config, strategy)
     step_dir = Path(config.checkpoint.resume)
     backend.load(engine, step_dir, context)
-    saved = state.load_train_state(step_dir)
+    saved, _ = state.with_scheduler(state.load_train_state(step_dir), config.training)
     rng = state.load_rng(step_dir, context.rank)
     gathered = distributed.gather(context, state.local_digests(engine, backend, saved, rng))
     distributed.teardown(context)

@@ -26,6 +26,8 @@ def _state(entry) -> str:
 
     if entry.temporary:
         return "incomplete (temporary)"
+    if entry.aside is not None:
+        return f"moved aside ({entry.aside})"
     try:
         check_intact(entry.path)
     except CheckpointError as error:
@@ -85,7 +87,8 @@ def list_command(directory, as_json):
 @checkpoint_group.command("inspect")
 @click.argument("path", metavar="PATH")
 def inspect_command(path):
-    """Print a checkpoint's metadata.json, with whether its files still match it."""
+    """Print a checkpoint's metadata.json, with whether its files (and READY's digest of
+    metadata.json) still match it."""
     from mtb.checkpoint import layout
     from mtb.checkpoint import metadata as meta
 
@@ -94,6 +97,7 @@ def inspect_command(path):
         raise UsageError(f"PATH: {path} is not a checkpoint directory")
     document = meta.read(step_dir)
     problems = meta.file_problems(step_dir, document)
+    problems += filter(None, [meta.metadata_problem(step_dir, document)])
     report = {
         "path": str(step_dir),
         "ready": (step_dir / layout.READY).is_file(),
@@ -134,17 +138,23 @@ def verify_command(pm, left, right, output, device, timeout_s):
 @click.argument("directory", metavar="DIR")
 @click.option("--dry-run", is_flag=True, help="only list what would be removed")
 def clean_command(directory, dry_run):
-    """Remove abandoned temporary directories and step directories without READY.
+    """Remove what no run can resume from, and repair `latest`.
 
-    Run it only when no run is saving into DIR: a save in progress looks abandoned.
+    Removes temporary directories, directories a resume moved aside, step
+    directories without READY or whose files no longer match metadata.json,
+    and leftover `.latest.*.tmp` files; points `latest` at the newest intact
+    READY checkpoint (or removes it). Refused while a run holds DIR's lock.
     """
-    from mtb.checkpoint import layout
+    from mtb.checkpoint import lock, recovery
 
     root = _directory(directory)
-    doomed = [e.path for e in layout.scan(root) if not e.ready]
-    if not dry_run:
-        layout.clean(root)
+    with lock.held(root, "mtb checkpoint clean"):
+        plan = recovery.plan_clean(root)
+        if not dry_run:
+            recovery.apply_clean(root, plan)
     verb = "would remove" if dry_run else "removed"
-    for path in doomed:
-        click.echo(f"{verb} {path}")
-    click.echo(f"{verb} {len(doomed)} incomplete checkpoint(s)")
+    for path, why in plan.doomed:
+        click.echo(f"{verb} {path} ({why})")
+    if plan.latest:
+        click.echo(f"{'would repair' if dry_run else 'repaired'} {plan.latest}")
+    click.echo(f"{verb} {len(plan.doomed)} unusable item(s)")

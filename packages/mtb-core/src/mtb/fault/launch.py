@@ -85,10 +85,22 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
-    """Run ``python -m mtb ARGS`` in ``cwd``; past ``timeout_s`` kill its process group."""
-    started = time.perf_counter()
-    child = subprocess.Popen(
+def _file_limit(size: int | None):
+    """A ``preexec_fn`` capping every file the child (and its workers) writes (RLIMIT_FSIZE).
+
+    Python ignores SIGXFSZ, so a write past the cap fails with EFBIG instead
+    of killing the process.
+    """
+    if size is None:
+        return None
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def start(args: list[str], cwd, file_limit: int | None = None) -> subprocess.Popen:
+    """Start ``python -m mtb ARGS`` in ``cwd`` in its own process group."""
+    return subprocess.Popen(
         [sys.executable, "-m", "mtb", *args],
         cwd=cwd,
         env=_child_env(),
@@ -96,7 +108,12 @@ def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_file_limit(file_limit),
     )
+
+
+def finish(label: str, args: list[str], child, started: float, timeout_s: float) -> Launch:
+    """Wait for a started child; past ``timeout_s`` kill its process group."""
     try:
         out, err = child.communicate(timeout=timeout_s)
         code = child.returncode
@@ -107,3 +124,9 @@ def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
     finally:
         _kill_group(child.pid)
     return Launch(label, list(args), code, time.perf_counter() - started, out, err)
+
+
+def mtb(label: str, args: list[str], cwd, timeout_s: float, file_limit=None) -> Launch:
+    """Run ``python -m mtb ARGS`` in ``cwd``; past ``timeout_s`` kill its process group."""
+    started = time.perf_counter()
+    return finish(label, args, start(args, cwd, file_limit), started, timeout_s)

@@ -1,6 +1,6 @@
 """The scenarios of ``mtb fault smoke``, by name, in the order they run."""
 
-from mtb.fault import crashes, damage
+from mtb.fault import crashes, damage, obstacles
 
 SCENARIOS = {
     "nan": crashes.nan,
@@ -10,4 +10,7 @@ SCENARIOS = {
     "auto-recovery": crashes.auto_recovery,
     "corrupt": damage.corrupt,
     "retention": damage.retention,
+    "stale-steps": obstacles.stale_steps,
+    "two-writers": obstacles.two_writers,
+    "disk-full": obstacles.disk_full,
 }

@@ -69,18 +69,21 @@ class Smoke:
         steps: int = STEPS,
         save_every: int | None = SAVE_EVERY,
         directory: str = "ckpt",
+        file_limit: int | None = None,
     ) -> Trained:
         """``mtb run`` of the common job into ``directory`` of the scenario's folder."""
         cwd = self.folder(outcome.name if outcome else "reference")
         output = f"{label}.json"
         args = [*self.run_flags(nproc, steps, save_every), "--checkpoint-dir", directory]
-        done = self.mtb(outcome, label, [*args, "--output", output, *extra])
+        done = self.mtb(outcome, label, [*args, "--output", output, *extra], file_limit)
         return Trained(done, read_json(cwd / output))
 
-    def mtb(self, outcome: Outcome | None, label: str, args: list[str]) -> launch.Launch:
+    def mtb(
+        self, outcome: Outcome | None, label: str, args: list[str], file_limit: int | None = None
+    ) -> launch.Launch:
         """Any ``mtb`` command in the scenario's folder, under a limit a bit above the run's."""
         cwd = self.folder(outcome.name if outcome else "reference")
-        done = launch.mtb(label, args, cwd, self.timeout_s + 30)
+        done = launch.mtb(label, args, cwd, self.timeout_s + 30, file_limit)
         if outcome is not None:
             outcome.launches.append(done.evidence())
         return done
@@ -116,13 +119,13 @@ class Smoke:
     def reference_dir(self) -> Path:
         return self.folder("reference") / "ckpt"
 
-    def copy_reference(self, outcome: Outcome, steps: list[int]) -> Path:
-        """The reference's READY checkpoints ``steps`` in the scenario's ``ckpt``, latest last.
+    def copy_reference(self, outcome: Outcome, steps: list[int], name: str = "ckpt") -> Path:
+        """The reference's READY checkpoints ``steps`` in the scenario's ``name``, latest last.
 
         The copy is byte for byte what the reference directory held right
         after its save of ``steps[-1]``.
         """
-        target = self.folder(outcome.name) / "ckpt"
+        target = self.folder(outcome.name) / name
         target.mkdir()
         for step in steps:
             name = layout.step_name(step)
