@@ -19,8 +19,8 @@ from pathlib import Path
 
 import attrs
 
+from mtb import components, gpu_guard, memory, provenance
 from mtb import config as config_mod
-from mtb import gpu_guard, memory, provenance
 from mtb.errors import RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
@@ -256,7 +256,8 @@ def record_failure(config, pm, status: str, message: str) -> None:
         return
     plugins = plugin_list(pm)
     prov = {**provenance.collect(plugins), "end_utc": provenance.utc_now()}
-    write_result(pm, failure_document(status, message, config, plugins, prov), str(path))
+    used = components.record(pm, config)
+    write_result(pm, failure_document(status, message, config, plugins, prov, used), str(path))
 
 
 def announce(config) -> None:

@@ -12,8 +12,8 @@ import socket
 import sys
 import time
 
+from mtb import components, distributed, memory, provenance
 from mtb import config as config_mod
-from mtb import distributed, memory, provenance
 from mtb.checkpoint.state import combine_digests
 from mtb.errors import one_line
 from mtb.metrics import gpu_peak_flops, measure_cpu_matmul_flops
@@ -181,6 +181,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         ),
         profile=profile,
         rows=profiling.rows(profiles) if profiles else None,
+        components=components.record(pm, cfg),
         **provenance.evidence_fields(cfg.evidence, prov),
     )
     return to_document(result)
