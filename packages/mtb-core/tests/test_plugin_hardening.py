@@ -256,3 +256,21 @@ def test_trial_start_fires_once_per_trial(pm, tmp_path):
     args = ["run", "--preset", "tiny", "--steps", "2", "--warmup-steps", "1", "--repeat", "2"]
     assert cli_run(pm, *args, "--output", tmp_path / "r.json").exit_code == 0
     assert observer.seen == [(0, 0), (0, 1)]
+
+
+def test_a_hook_pluggy_refuses_skips_the_plugin_like_an_import_failure(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tmp_path.joinpath("wrong_args.py").write_text(
+        "from mtb import hookimpl\n\n\n"
+        "@hookimpl\ndef mtb_register_reporters(register):\n    pass\n\n\n"
+        "@hookimpl\ndef mtb_step_end(context, bogus):\n    pass\n"
+    )
+    monkeypatch.setenv("MTB_PLUGIN_MODULES", "wrong_args")
+    pm = build_plugin_manager()
+    assert pm.get_plugin("wrong_args") is None
+    assert pm.hook.mtb_register_reporters.get_hookimpls()[-1].plugin_name != "wrong_args"
+    err = capsys.readouterr().err
+    assert err.startswith(f"{WARNING}plugin 'wrong_args' failed to load, skipped: ")
+    assert "PluginValidationError: Plugin 'wrong_args' for hook 'mtb_step_end'" in err

@@ -124,11 +124,11 @@ class MtbPluginManager(pluggy.PluginManager):
         """Register ``plugin``; a hook implementation that matches no hookspec is reported."""
         self._registries.clear()
         name = super().register(plugin, name)
-        for hook in self.unknown_hooks(plugin):
-            message = f"plugin {name!r} implements unknown hook {hook!r}{_hint(hook)}"
-            self.warnings.setdefault(name, []).append(f"unknown hook {hook!r}{_hint(hook)}")
+        for hook in self.unknown_hooks(plugin) if name is not None else ():
+            problem = f"unknown hook {hook!r}{_hint(hook)}"
+            self.warnings.setdefault(name, []).append(problem)
             try:
-                warn(f"{message}; it is never called")
+                warn(f"plugin {name!r} implements {problem}; it is never called")
             except PluginError:
                 self.unregister(name=name)
                 raise
@@ -200,14 +200,15 @@ def _load(pm: MtbPluginManager, name: str, info: PluginInfo, load) -> None:
         )
         return
     try:
-        module = load()
-        pm.infos[name] = info
-        pm.register(module, name=name)
+        pm.register(load(), name=name)
     except PluginError:
         raise
-    except Exception as error:  # any import-time failure of a third party
-        pm.infos.pop(name, None)
+    except Exception as error:  # an import-time failure, or a hook pluggy refused
+        if pm.get_plugin(name) is not None:  # pluggy may have registered some hooks
+            pm.unregister(name=name)
         pm.fail(name, "failed", f"failed to load, skipped: {_why(error)}", info)
+        return
+    pm.infos[name] = info
 
 
 def _register_builtins(pm: MtbPluginManager, disabled: set[str]) -> None:
