@@ -2,7 +2,8 @@
 
 Registration hooks receive a ``register`` callback (or the click group) so
 core can validate each item, reject duplicate names and remember which plugin
-provided it. Observer hooks are called on every rank (``mtb_run_end`` and
+provided it; a plugin whose registration hook raises is dropped with one
+warning. Observer hooks are called on every rank (``mtb_run_end`` and
 ``mtb_checkpoint_saved`` on rank 0, which holds the assembled result and
 publishes checkpoints); check ``context.rank`` to act on one rank.
 """
