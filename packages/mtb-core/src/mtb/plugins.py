@@ -98,6 +98,84 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
 
 
+def _load(pm: "MtbPluginManager", name: str, info: PluginInfo, load) -> None:
+    """Import one plugin and register it; an import failure is one warning (strict: error)."""
+    taken = pm.get_plugin(name) is not None
+    if taken:
+        pm.fail(
+            name,
+            "skipped",
+            f"from distribution {info.distribution!r} {info.version} is skipped: "
+            f"the name is taken by {pm.describe(name)}; uninstall one of them",
+            info,
+        )
+        return
+    try:
+        pm.register(load(), name=name)
+    except PluginError:
+        raise
+    except Exception as error:  # an import-time failure, or a hook pluggy refused
+        if pm.get_plugin(name) is not None:  # pluggy may have registered some hooks
+            pm.unregister(name=name)
+        pm.fail(name, "failed", f"failed to load, skipped: {_why(error)}", info)
+        return
+    pm.infos[name] = info
+
+
+def _register_builtins(pm: "MtbPluginManager", disabled: set[str]) -> None:
+    for module_name in DEFAULT_PLUGINS:
+        info = PluginInfo(module_name, "mtb-core", _core_version(), True)
+        if module_name in disabled:
+            pm.fail(module_name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
+            continue
+        pm.register(importlib.import_module(module_name), name=module_name)
+        pm.infos[module_name] = info
+
+
+def _register_entry_points(pm: "MtbPluginManager", disabled: set[str]) -> list[str]:
+    """Load the ``mtb`` entry points; returns every name seen (for the disable-list check)."""
+    allowed = _allow_list()
+    seen = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        seen.append(ep.name)
+        if allowed is not None and ep.name not in allowed:
+            continue
+        dist = ep.dist
+        info = PluginInfo(
+            ep.name, dist.name if dist else "unknown", dist.version if dist else "unknown", False
+        )
+        if ep.name in disabled:
+            pm.fail(ep.name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
+            continue
+        _load(pm, ep.name, info, ep.load)
+    return seen
+
+
+def _register_modules(pm: "MtbPluginManager", disabled: set[str]) -> list[str]:
+    """MTB_PLUGIN_MODULES=a.b,c: importable modules registered as plugins.
+
+    For plugins that are not packaged yet, and for tests whose plugins must
+    also load in launched worker processes.
+    """
+    names = _names("MTB_PLUGIN_MODULES") or []
+    for module_name in names:
+        info = PluginInfo(module_name, "unpackaged", "", False)
+        if module_name in disabled:
+            pm.fail(module_name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
+        elif pm.get_plugin(module_name) is None:
+            _load(pm, module_name, info, lambda m=module_name: importlib.import_module(m))
+    return names
+
+
+def check_disabled(disabled: set[str], known: list[str]) -> None:
+    """Warn about names in MTB_DISABLE_PLUGINS that match no plugin (a typo disables nothing)."""
+    for name in sorted(disabled - set(known)):
+        warn(
+            f"MTB_DISABLE_PLUGINS names unknown plugin {name!r}; "
+            f"known plugins: {', '.join(sorted(set(known)))}"
+        )
+
+
 def _hint(hook: str) -> str:
     if hook in RENAMED_HOOKS:
         return f" (renamed to {RENAMED_HOOKS[hook]!r})"
@@ -185,84 +263,6 @@ class MtbPluginManager(pluggy.PluginManager):
         """``name (distribution version)``, for messages that say what to uninstall."""
         info = self.info(name)
         return f"{name!r} ({' '.join(filter(None, (info.distribution, info.version)))})"
-
-
-def _load(pm: MtbPluginManager, name: str, info: PluginInfo, load) -> None:
-    """Import one plugin and register it; an import failure is one warning (strict: error)."""
-    taken = pm.get_plugin(name) is not None
-    if taken:
-        pm.fail(
-            name,
-            "skipped",
-            f"from distribution {info.distribution!r} {info.version} is skipped: "
-            f"the name is taken by {pm.describe(name)}; uninstall one of them",
-            info,
-        )
-        return
-    try:
-        pm.register(load(), name=name)
-    except PluginError:
-        raise
-    except Exception as error:  # an import-time failure, or a hook pluggy refused
-        if pm.get_plugin(name) is not None:  # pluggy may have registered some hooks
-            pm.unregister(name=name)
-        pm.fail(name, "failed", f"failed to load, skipped: {_why(error)}", info)
-        return
-    pm.infos[name] = info
-
-
-def _register_builtins(pm: MtbPluginManager, disabled: set[str]) -> None:
-    for module_name in DEFAULT_PLUGINS:
-        info = PluginInfo(module_name, "mtb-core", _core_version(), True)
-        if module_name in disabled:
-            pm.fail(module_name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
-            continue
-        pm.register(importlib.import_module(module_name), name=module_name)
-        pm.infos[module_name] = info
-
-
-def _register_entry_points(pm: MtbPluginManager, disabled: set[str]) -> list[str]:
-    """Load the ``mtb`` entry points; returns every name seen (for the disable-list check)."""
-    allowed = _allow_list()
-    seen = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        seen.append(ep.name)
-        if allowed is not None and ep.name not in allowed:
-            continue
-        dist = ep.dist
-        info = PluginInfo(
-            ep.name, dist.name if dist else "unknown", dist.version if dist else "unknown", False
-        )
-        if ep.name in disabled:
-            pm.fail(ep.name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
-            continue
-        _load(pm, ep.name, info, ep.load)
-    return seen
-
-
-def _register_modules(pm: MtbPluginManager, disabled: set[str]) -> list[str]:
-    """MTB_PLUGIN_MODULES=a.b,c: importable modules registered as plugins.
-
-    For plugins that are not packaged yet, and for tests whose plugins must
-    also load in launched worker processes.
-    """
-    names = _names("MTB_PLUGIN_MODULES") or []
-    for module_name in names:
-        info = PluginInfo(module_name, "unpackaged", "", False)
-        if module_name in disabled:
-            pm.fail(module_name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
-        elif pm.get_plugin(module_name) is None:
-            _load(pm, module_name, info, lambda m=module_name: importlib.import_module(m))
-    return names
-
-
-def check_disabled(disabled: set[str], known: list[str]) -> None:
-    """Warn about names in MTB_DISABLE_PLUGINS that match no plugin (a typo disables nothing)."""
-    for name in sorted(disabled - set(known)):
-        warn(
-            f"MTB_DISABLE_PLUGINS names unknown plugin {name!r}; "
-            f"known plugins: {', '.join(sorted(set(known)))}"
-        )
 
 
 def build_plugin_manager(load_entry_points: bool = True) -> MtbPluginManager:
