@@ -63,6 +63,18 @@ def test_unknown_hook_is_a_warning_naming_plugin_and_hook(pm, capsys):
     ]
 
 
+class Optional:
+    @hookimpl(optionalhook=True)
+    def mtb_some_future_hook(self):
+        """Declared optional: a hook a newer mtb may add."""
+
+
+def test_an_optional_unknown_hook_is_not_reported(pm, capsys):
+    pm.register(Optional(), name="optional")
+    assert capsys.readouterr().err == ""
+    assert pm.warnings == {}
+
+
 def test_a_renamed_hook_names_its_new_name(pm, capsys):
     pm.register(OldName(), name="old")
     assert "unknown hook 'mtb_run_start' (renamed to 'mtb_trial_start')" in capsys.readouterr().err

@@ -100,8 +100,7 @@ def _why(error: BaseException) -> str:
 
 def _load(pm: "MtbPluginManager", name: str, info: PluginInfo, load) -> None:
     """Import one plugin and register it; an import failure is one warning (strict: error)."""
-    taken = pm.get_plugin(name) is not None
-    if taken:
+    if pm.get_plugin(name) is not None:
         pm.fail(
             name,
             "skipped",
@@ -122,11 +121,17 @@ def _load(pm: "MtbPluginManager", name: str, info: PluginInfo, load) -> None:
     pm.infos[name] = info
 
 
+def _is_disabled(pm: "MtbPluginManager", info: PluginInfo, disabled: set[str]) -> bool:
+    """Whether MTB_DISABLE_PLUGINS names this plugin; if so it is listed as disabled."""
+    if info.name in disabled:
+        pm.fail(info.name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
+    return info.name in disabled
+
+
 def _register_builtins(pm: "MtbPluginManager", disabled: set[str]) -> None:
     for module_name in DEFAULT_PLUGINS:
         info = PluginInfo(module_name, "mtb-core", _core_version(), True)
-        if module_name in disabled:
-            pm.fail(module_name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
+        if _is_disabled(pm, info, disabled):
             continue
         pm.register(importlib.import_module(module_name), name=module_name)
         pm.infos[module_name] = info
@@ -144,10 +149,8 @@ def _register_entry_points(pm: "MtbPluginManager", disabled: set[str]) -> list[s
         info = PluginInfo(
             ep.name, dist.name if dist else "unknown", dist.version if dist else "unknown", False
         )
-        if ep.name in disabled:
-            pm.fail(ep.name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
-            continue
-        _load(pm, ep.name, info, ep.load)
+        if not _is_disabled(pm, info, disabled):
+            _load(pm, ep.name, info, ep.load)
     return seen
 
 
@@ -160,9 +163,7 @@ def _register_modules(pm: "MtbPluginManager", disabled: set[str]) -> list[str]:
     names = _names("MTB_PLUGIN_MODULES") or []
     for module_name in names:
         info = PluginInfo(module_name, "unpackaged", "", False)
-        if module_name in disabled:
-            pm.fail(module_name, "disabled", "disabled by MTB_DISABLE_PLUGINS", info)
-        elif pm.get_plugin(module_name) is None:
+        if not _is_disabled(pm, info, disabled) and pm.get_plugin(module_name) is None:
             _load(pm, module_name, info, lambda m=module_name: importlib.import_module(m))
     return names
 
