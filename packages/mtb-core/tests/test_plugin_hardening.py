@@ -96,7 +96,7 @@ def test_a_raising_register_hook_drops_the_plugin_with_one_warning(pm, raising, 
         f"{WARNING}plugin 'raising' failed in mtb_register_strategies, skipped: "
         "RuntimeError: this plugin is broken\n"
     )
-    assert [(f.name, f.status) for f in pm.failures] == [("raising", "failed")]
+    assert [(f.info.name, f.status) for f in pm.failures] == [("raising", "failed")]
 
 
 def test_a_raising_register_hook_is_fatal_in_strict_mode(pm, raising, monkeypatch):
@@ -182,7 +182,7 @@ def test_an_entry_point_name_used_by_two_distributions_names_both(site, capsys):
     pm = build_plugin_manager()
     (failure,) = pm.failures
     kept = pm.info("fancy_plugin").distribution
-    skipped = failure.distribution
+    skipped = failure.info.distribution
     assert {kept, skipped} == {"fancy-dist", "other-dist"}
     assert failure.status == "skipped"
     assert f"the name is taken by 'fancy_plugin' ({kept} " in failure.reason

@@ -46,9 +46,7 @@ class PluginFailure:
     already taken by another distribution's plugin).
     """
 
-    name: str
-    distribution: str
-    version: str
+    info: PluginInfo
     status: str
     reason: str
 
@@ -229,7 +227,7 @@ class MtbPluginManager(pluggy.PluginManager):
     def fail(self, name: str, status: str, reason: str, info: PluginInfo | None = None) -> None:
         """Record a plugin that is not in use; ``failed`` and ``skipped`` also warn."""
         info = info or self.info(name)
-        self.failures.append(PluginFailure(name, info.distribution, info.version, status, reason))
+        self.failures.append(PluginFailure(info, status, reason))
         if status != "disabled":
             warn(f"plugin {name!r} {reason}")
 

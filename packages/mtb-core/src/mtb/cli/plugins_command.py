@@ -3,6 +3,7 @@
 import json
 import sys
 
+import attrs
 import click
 
 from mtb.registry import KINDS
@@ -49,10 +50,7 @@ def describe(pm) -> list[dict]:
 
 def _not_in_use(failure) -> dict:
     return {
-        "name": failure.name,
-        "distribution": failure.distribution,
-        "version": failure.version,
-        "builtin": failure.distribution == "mtb-core",
+        **attrs.asdict(failure.info),
         "status": failure.status,
         "reason": failure.reason,
         "warnings": [],
