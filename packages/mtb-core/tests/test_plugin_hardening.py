@@ -286,3 +286,27 @@ def test_a_hook_pluggy_refuses_skips_the_plugin_like_an_import_failure(
     err = capsys.readouterr().err
     assert err.startswith(f"{WARNING}plugin 'wrong_args' failed to load, skipped: ")
     assert "PluginValidationError: Plugin 'wrong_args' for hook 'mtb_step_end'" in err
+
+
+class AddsCommands:
+    def __init__(self, name, fail):
+        self.name, self.fail = name, fail
+
+    @hookimpl
+    def mtb_register_commands(self, cli):
+        import click
+
+        cli.add_command(click.Command(self.name, help="a test command", callback=lambda: None))
+        if self.fail:
+            raise ValueError("half way")
+
+
+def test_a_raising_commands_hook_leaves_no_command_and_others_keep_theirs(pm, capsys):
+    pm.register(AddsCommands("kept", fail=False), name="good")
+    pm.register(AddsCommands("dropped", fail=True), name="bad")
+    cli = make_cli(pm)
+    assert "kept" in cli.commands and "dropped" not in cli.commands
+    assert "run" in cli.commands
+    assert capsys.readouterr().err == (
+        f"{WARNING}plugin 'bad' failed in mtb_register_commands, skipped: ValueError: half way\n"
+    )
