@@ -7,6 +7,7 @@ import sys
 import pytest
 from conftest import TINY, mtb_subprocess, read_json
 
+from mtb import __version__
 from mtb.reporting import write_atomic
 from mtb.results import from_document, to_document
 
@@ -71,8 +72,9 @@ def test_clashing_plugins_fail_every_command_with_one_line():
     done = mtb_subprocess(["--help"], env={"MTB_PLUGIN_MODULES": "mtb_test_clash"}, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "Error: strategy 'single' is registered by both 'mtb.strategies.single' and "
-        "'mtb_test_clash'; uninstall one or exclude it with MTB_LOAD_PLUGINS"
+        "Error: strategy 'single' is registered by both 'mtb.strategies.single' "
+        f"(mtb-core {__version__}) and 'mtb_test_clash' (unpackaged); "
+        "uninstall one or exclude it with MTB_DISABLE_PLUGINS"
     )
 
 

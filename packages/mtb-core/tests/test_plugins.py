@@ -10,14 +10,14 @@ from mtb.plugins import DEFAULT_PLUGINS, build_plugin_manager
 from mtb.strategy import Strategy
 
 
-def fake_distribution(root, dist, module, body, version="1.2.3"):
-    """A dist-info on sys.path whose `mtb` entry point names ``module``."""
+def fake_distribution(root, dist, module, body, version="1.2.3", entry=None):
+    """A dist-info on sys.path whose `mtb` entry point (``entry``, default ``module``) names it."""
     info = root / f"{dist}-{version}.dist-info"
     info.mkdir()
     info.joinpath("METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
     )
-    info.joinpath("entry_points.txt").write_text(f"[mtb]\n{module} = {module}\n")
+    info.joinpath("entry_points.txt").write_text(f"[mtb]\n{entry or module} = {module}\n")
     root.joinpath(f"{module}.py").write_text(textwrap.dedent(body))
 
 
@@ -101,29 +101,6 @@ def test_unavailable_strategy_stays_listed_but_cannot_be_selected(site):
     )
     with pytest.raises(UsageError, match="strategy 'needs-missing' is unavailable: needs"):
         registry.get("needs-missing")
-
-
-class Clash:
-    class Single(Strategy):
-        name = "single"
-
-    @hookimpl
-    def mtb_register_strategies(self, register):
-        register(self.Single())
-
-
-def test_duplicate_names_are_rejected_naming_both_plugins(pm):
-    pm.register(Clash(), name="clashing")
-    try:
-        with pytest.raises(PluginError) as caught:
-            pm.registry("strategy")
-        assert str(caught.value) == (
-            "strategy 'single' is registered by both 'mtb.strategies.single' and 'clashing'; "
-            "uninstall one or exclude it with MTB_LOAD_PLUGINS"
-        )
-    finally:
-        pm.unregister(name="clashing")
-    assert pm.registry("strategy").names() == ["single"]
 
 
 class BadName:

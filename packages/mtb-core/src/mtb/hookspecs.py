@@ -2,19 +2,33 @@
 
 Registration hooks receive a ``register`` callback (or the click group) so
 core can validate each item, reject duplicate names and remember which plugin
-provided it. Observer hooks are called on every rank (``mtb_run_end`` and
+provided it; a plugin whose registration hook raises is dropped with one
+warning. Observer hooks are called on every rank (``mtb_run_end`` and
 ``mtb_checkpoint_saved`` on rank 0, which holds the assembled result and
 publishes checkpoints); check ``context.rank`` to act on one rank.
 """
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import pluggy
+
+if TYPE_CHECKING:  # torch-free at run time: these modules are only named here
+    import click
+
+    from mtb.checkpoint.backend import CheckpointBackend
+    from mtb.checkpoint.lifecycle import SaveRecord
+    from mtb.context import RunContext
+    from mtb.metrics import StepMetrics
+    from mtb.reporting import Reporter
+    from mtb.strategy import Strategy
 
 hookspec = pluggy.HookspecMarker("mtb")
 hookimpl = pluggy.HookimplMarker("mtb")
 
 
 @hookspec
-def mtb_register_strategies(register):
+def mtb_register_strategies(register: "Callable[[Strategy], None]") -> None:
     """Register training strategies.
 
     Call ``register(strategy)`` once per :class:`mtb.strategy.Strategy`
@@ -24,7 +38,9 @@ def mtb_register_strategies(register):
 
 
 @hookspec
-def mtb_register_checkpoint_backends(register):
+def mtb_register_checkpoint_backends(
+    register: "Callable[[CheckpointBackend], None]",
+) -> None:
     """Register checkpoint backends.
 
     Call ``register(backend)`` with a
@@ -35,7 +51,7 @@ def mtb_register_checkpoint_backends(register):
 
 
 @hookspec
-def mtb_register_profilers(register):
+def mtb_register_profilers(register: Callable[[Any], None]) -> None:
     """Register profilers.
 
     Call ``register(profiler)`` with an object that has a ``name`` and
@@ -47,7 +63,7 @@ def mtb_register_profilers(register):
 
 
 @hookspec
-def mtb_register_reporters(register):
+def mtb_register_reporters(register: "Callable[[Reporter], None]") -> None:
     """Register reporters.
 
     Call ``register(reporter)`` with a :class:`mtb.reporting.Reporter`: a name,
@@ -56,7 +72,7 @@ def mtb_register_reporters(register):
 
 
 @hookspec
-def mtb_register_commands(cli):
+def mtb_register_commands(cli: "click.Group") -> None:
     """Add click sub-commands to the ``mtb`` group passed as ``cli``.
 
     Import heavy dependencies inside the command body, never at module level:
@@ -65,16 +81,17 @@ def mtb_register_commands(cli):
 
 
 @hookspec
-def mtb_run_start(context):
-    """A trial is about to start its first step.
+def mtb_trial_start(context: "RunContext") -> None:
+    """A trial is about to start its first step on this rank.
 
-    ``context`` is the :class:`mtb.context.RunContext` (config, rank, world
-    size, device, trial index).
+    Called once per trial on every rank (``mtb_run_end``, by contrast, once
+    per run on rank 0). ``context`` is the :class:`mtb.context.RunContext`
+    (config, rank, world size, device, trial index).
     """
 
 
 @hookspec
-def mtb_step_end(context, metrics):
+def mtb_step_end(context: "RunContext", metrics: "StepMetrics") -> None:
     """A training step finished on this rank.
 
     ``metrics`` is a :class:`mtb.metrics.StepMetrics` with this rank's timings,
@@ -83,7 +100,7 @@ def mtb_step_end(context, metrics):
 
 
 @hookspec
-def mtb_checkpoint_saved(context, checkpoint):
+def mtb_checkpoint_saved(context: "RunContext", checkpoint: "SaveRecord") -> None:
     """A checkpoint was published; ``checkpoint`` is its SaveRecord (step, path, bytes).
 
     Called on rank 0, which publishes; with async saves on the background
@@ -92,7 +109,7 @@ def mtb_checkpoint_saved(context, checkpoint):
 
 
 @hookspec
-def mtb_run_end(context, result):
+def mtb_run_end(context: "RunContext", result: dict[str, Any]) -> None:
     """A run finished; ``result`` is the result document (a dict).
 
     Called on rank 0 only, after the result has been assembled and before it

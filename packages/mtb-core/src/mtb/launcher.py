@@ -19,8 +19,8 @@ from pathlib import Path
 
 import attrs
 
+from mtb import components, gpu_guard, memory, provenance
 from mtb import config as config_mod
-from mtb import gpu_guard, memory, provenance
 from mtb.checkpoint import lock as checkpoint_lock
 from mtb.errors import RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
@@ -258,7 +258,8 @@ def record_failure(config, pm, status: str, message: str) -> None:
     plugins = plugin_list(pm)
     allowed = provenance.allowed_registries(config.allow_registry)
     prov = {**provenance.collect(plugins, allowed), "end_utc": provenance.utc_now()}
-    write_result(pm, failure_document(status, message, config, plugins, prov), str(path))
+    used = components.record(pm, config)
+    write_result(pm, failure_document(status, message, config, plugins, prov, used), str(path))
 
 
 def announce(config) -> None:

@@ -56,7 +56,8 @@ class Registry:
     kind: Kind
     items: dict[str, Registered] = attrs.Factory(dict)
 
-    def add(self, item: object, plugin: str) -> None:
+    def add(self, item: object, plugin: str, describe: Callable[[str], str] = repr) -> None:
+        """Add ``item`` for ``plugin``; ``describe`` names a plugin with its distribution."""
         name = getattr(item, "name", None)
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise PluginError(
@@ -66,10 +67,27 @@ class Registry:
         if name in self.items:
             first = self.items[name].plugin
             raise PluginError(
-                f"{self.kind.name} {name!r} is registered by both {first!r} and {plugin!r}; "
-                "uninstall one or exclude it with MTB_LOAD_PLUGINS"
+                f"{self.kind.name} {name!r} is registered by both {describe(first)} and "
+                f"{describe(plugin)}; uninstall one or exclude it with MTB_DISABLE_PLUGINS"
             )
+        self._check_options(name, item, plugin, describe)
         self.items[name] = Registered(name, item, plugin)
+
+    def _check_options(self, name: str, item: object, plugin: str, describe) -> None:
+        """Refuse an option name another item declares differently (one flag, one meaning)."""
+        for other in self.items.values():
+            theirs = {o.name: o for o in getattr(other.item, "options", ())}
+            for option in getattr(item, "options", ()):
+                if theirs.get(option.name, option) != option:
+                    raise PluginError(
+                        f"option {option.name!r} is declared differently by {self.kind.name} "
+                        f"{other.name!r} of {describe(other.plugin)} and {self.kind.name} "
+                        f"{name!r} of {describe(plugin)}; rename one"
+                    )
+
+    def discard(self, plugin: str) -> None:
+        """Forget what ``plugin`` registered (its hook raised half way)."""
+        self.items = {k: v for k, v in self.items.items() if v.plugin != plugin}
 
     def __iter__(self) -> Iterator[Registered]:
         return iter(self.items.values())
@@ -89,15 +107,29 @@ class Registry:
         return entry.item
 
 
-def _call_with(impl, **available) -> None:
-    impl.function(*(available[arg] for arg in impl.argnames))
+def call_each(pm, hook: str, arguments: Callable[[str], dict], undo: Callable[[str], None]):
+    """Call each plugin's implementation of ``hook`` on its own.
+
+    One that raises is undone (``undo(plugin)``) and its plugin dropped with
+    one warning (``pm.drop``: fatal in strict mode), so one broken plugin
+    never stops the others; core's own PluginError (a clash) still stops.
+    """
+    for impl in getattr(pm.hook, hook).get_hookimpls():
+        available = arguments(impl.plugin_name)
+        try:
+            impl.function(*(available[arg] for arg in impl.argnames))
+        except PluginError:
+            raise
+        except Exception as error:
+            undo(impl.plugin_name)
+            pm.drop(impl.plugin_name, hook, error)
 
 
-def _registering(registry: Registry, plugin: str) -> Callable[[object], None]:
+def _registering(registry: Registry, plugin: str, describe) -> Callable[[object], None]:
     """The ``register`` callback handed to one plugin's hook implementation."""
 
     def register(item: object) -> None:
-        registry.add(item, plugin)
+        registry.add(item, plugin, describe)
 
     return register
 
@@ -106,6 +138,10 @@ def collect(pm, kind_name: str) -> Registry:
     """Call every implementation of the kind's hook and gather what it registers."""
     kind = KINDS[kind_name]
     registry = Registry(kind)
-    for impl in getattr(pm.hook, kind.hook).get_hookimpls():
-        _call_with(impl, register=_registering(registry, impl.plugin_name))
+    call_each(
+        pm,
+        kind.hook,
+        lambda plugin: {"register": _registering(registry, plugin, pm.describe)},
+        registry.discard,
+    )
     return registry

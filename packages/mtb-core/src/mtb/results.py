@@ -75,6 +75,8 @@ class RunResult:
     #: the run's --evidence mode, and whether its provenance passed the formal gate
     evidence: str = "exploratory"
     verified: bool | None = None
+    #: plugin, distribution and version of the strategy, backend, profiler and reporters used
+    components: dict | None = None
 
 
 def document_kind(config) -> str:
@@ -235,7 +237,12 @@ def error_class(status: str, message: str | None) -> str | None:
 
 
 def failure_document(
-    status: str, error: str, config, plugins: list[dict], provenance: dict
+    status: str,
+    error: str,
+    config,
+    plugins: list[dict],
+    provenance: dict,
+    components: dict | None = None,
 ) -> dict:
     """A result for a run that produced no numbers, so the failure is never lost."""
     from mtb.provenance import evidence_fields
@@ -255,6 +262,7 @@ def failure_document(
             trials=[],
             summary={},
             error_class=error_class(status, error),
+            components=components,
             **evidence_fields(config.evidence, provenance),
         )
     )

@@ -106,7 +106,7 @@ class Trainer:
         session = CheckpointSession(self.context, self.strategy, self.pm, engine)
         data = self.data()
         clock = PhaseClock(self.context.device)
-        self.hooks.mtb_run_start(context=self.context)
+        self.hooks.mtb_trial_start(context=self.context)
         steps = []
         start = session.start_step
         warmup = min(self.training.warmup_steps, self.training.steps - start - 1)

@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 
-from mtb import calibration, distributed, memory, provenance
+from mtb import calibration, components, distributed, memory, provenance
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.errors import one_line
@@ -184,6 +184,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         ),
         profile=profile,
         rows=profiling.rows(profiles) if profiles else None,
+        components=components.record(pm, cfg),
         **provenance.evidence_fields(cfg.evidence, prov),
     )
     return to_document(result)

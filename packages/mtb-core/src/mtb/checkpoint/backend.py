@@ -9,6 +9,12 @@ from concurrent.futures import Future
 from pathlib import Path
 
 
+def backend_name(config, strategy) -> str:
+    """The checkpoint backend a run uses: the configured one, or the strategy's own with auto."""
+    name = config.checkpoint.backend
+    return getattr(strategy, "checkpoint_backend", "dcp") if name == "auto" else name
+
+
 class CheckpointBackend:
     """Base class of registered checkpoint backends; override save, load and optimizer_state."""
 

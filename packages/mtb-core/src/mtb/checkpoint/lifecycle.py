@@ -24,6 +24,7 @@ import torch.distributed as dist
 from mtb import distributed, provenance
 from mtb.checkpoint import layout, recovery, selection, state, summary, write_errors
 from mtb.checkpoint import metadata as meta
+from mtb.checkpoint.backend import backend_name
 from mtb.errors import UsageError
 from mtb.reporting import write_atomic
 
@@ -35,9 +36,7 @@ def restart_count() -> int:
 
 def backend_for(pm, config, strategy):
     """The configured checkpoint backend, or the strategy's own with ``auto``."""
-    name = config.checkpoint.backend
-    if name == "auto":
-        name = getattr(strategy, "checkpoint_backend", "dcp")
+    name = backend_name(config, strategy)
     backend = pm.registry("checkpoint_backend").get(name)
     if not backend.supports(strategy):
         raise UsageError(

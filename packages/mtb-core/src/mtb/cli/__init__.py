@@ -50,8 +50,25 @@ def make_cli(pm) -> click.Group:
     cli.add_command(doctor_command)
     cli.add_command(matrix_group)
     cli.add_command(estimate_command)
-    pm.hook.mtb_register_commands(cli=cli)
+    register_commands(pm, cli)
     return cli
+
+
+def register_commands(pm, cli: click.Group) -> None:
+    """Each plugin adds its commands; one whose hook raises leaves none behind."""
+    from mtb.registry import call_each
+
+    before: dict = {}
+
+    def arguments(plugin: str) -> dict:
+        before.clear()
+        before.update(cli.commands)
+        return {"cli": cli}
+
+    def undo(plugin: str) -> None:
+        cli.commands = dict(before)
+
+    call_each(pm, "mtb_register_commands", arguments, undo)
 
 
 def main() -> None:

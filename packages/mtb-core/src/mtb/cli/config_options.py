@@ -100,19 +100,53 @@ def _strategy_option(option):
     )
 
 
-def strategy_options(pm):
-    """Decorator adding each registered strategy's options (first declaration of a name)."""
-    seen = {}
+def _declared(pm) -> dict[str, tuple]:
+    """Each strategy option name: its declaration and the strategies that declare it."""
+    declared: dict[str, tuple] = {}
     for entry in pm.registry("strategy"):
         for option in getattr(entry.item, "options", ()):
-            seen.setdefault(option.name, option)
+            declared.setdefault(option.name, (option, []))[1].append(entry.name)
+    return declared
+
+
+def strategy_options(pm):
+    """Decorator adding each registered strategy's options (the registry refuses clashes)."""
+    options = [option for option, _ in _declared(pm).values()]
 
     def decorate(command):
-        for option in reversed(list(seen.values())):
+        for option in reversed(options):
             command = _strategy_option(option)(command)
         return command
 
     return decorate
+
+
+def strategy_option_groups(pm) -> dict[str, str]:
+    """Parameter name -> the ``--help`` section of the strategies that declare it."""
+    groups = {}
+    for name, (_, strategies) in _declared(pm).items():
+        noun = "strategy" if len(strategies) == 1 else "strategies"
+        groups[f"strategy_options{SEPARATOR}{name}"] = f"Options of {noun} {', '.join(strategies)}"
+    return groups
+
+
+class GroupedOptionsCommand(click.Command):
+    """A command whose ``--help`` lists some options under their own headings."""
+
+    def __init__(self, *args, option_groups: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.option_groups = option_groups
+
+    def format_options(self, ctx, formatter):
+        sections: dict[str, list] = {"Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                title = self.option_groups.get(param.name, "Options")
+                sections.setdefault(title, []).append(record)
+        for title, rows in sections.items():
+            with formatter.section(title):
+                formatter.write_dl(rows)
 
 
 def flags_from(params: dict) -> dict:

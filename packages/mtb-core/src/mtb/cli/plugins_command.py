@@ -3,14 +3,19 @@
 import json
 import sys
 
+import attrs
 import click
 
 from mtb.registry import KINDS
 
 
 def describe(pm) -> list[dict]:
-    """One entry per plugin: distribution, version, hooks and registered names."""
-    registries = {kind: pm.registry(kind) for kind in KINDS}
+    """One entry per plugin: distribution, version, hooks and registered names.
+
+    Plugins that are not in use follow, with their ``status`` (failed,
+    disabled, skipped) and the ``reason``.
+    """
+    registries = pm.registries()
     entries = []
     for name, plugin in pm.list_name_plugin():
         info = pm.info(name)
@@ -33,11 +38,25 @@ def describe(pm) -> list[dict]:
                 "distribution": info.distribution,
                 "version": info.version,
                 "builtin": info.builtin,
+                "status": "loaded",
+                "reason": None,
+                "warnings": pm.warnings.get(name, []),
                 "hooks": hooks,
                 "registers": registers,
             }
         )
-    return entries
+    return entries + [_not_in_use(failure) for failure in pm.failures]
+
+
+def _not_in_use(failure) -> dict:
+    return {
+        **attrs.asdict(failure.info),
+        "status": failure.status,
+        "reason": failure.reason,
+        "warnings": [],
+        "hooks": [],
+        "registers": {},
+    }
 
 
 def _registers_text(registers: dict) -> str:
@@ -52,7 +71,7 @@ def _registers_text(registers: dict) -> str:
 
 def _unavailable(entries: list[dict]) -> list[str]:
     return [
-        f"{item['name']}: {item['unavailable_reason']}"
+        f"unavailable: {item['name']}: {item['unavailable_reason']}"
         for entry in entries
         for items in entry["registers"].values()
         for item in items
@@ -74,18 +93,25 @@ def plugins_command(pm, as_json):
     from rich.table import Table
 
     table = Table(title="mtb plugins")
-    for column in ("plugin", "distribution", "version", "hooks", "registers"):
+    for column in ("plugin", "distribution", "version", "status", "hooks", "registers"):
         table.add_column(column, overflow="fold")
     for entry in entries:
         cells = (
             entry["name"],
             entry["distribution"],
             entry["version"],
+            entry["status"],
             "\n".join(entry["hooks"]) or "-",
             _registers_text(entry["registers"]),
         )
         table.add_row(*map(escape, cells))
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
-    for line in _unavailable(entries):
-        console.print(f"unavailable: {line}", highlight=False, markup=False)
+    for line in _unavailable(entries) + _problems(entries):
+        console.print(line, highlight=False, markup=False)
+
+
+def _problems(entries: list[dict]) -> list[str]:
+    """Why a plugin is not in use, and what is wrong with one that is."""
+    lines = [f"{e['status']}: {e['name']}: {e['reason']}" for e in entries if e["reason"]]
+    return lines + [f"warning: {e['name']}: {w}" for e in entries for w in e["warnings"]]

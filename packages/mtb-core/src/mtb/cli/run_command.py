@@ -2,7 +2,13 @@
 
 import click
 
-from mtb.cli.config_options import config_options, flags_from, strategy_options
+from mtb.cli.config_options import (
+    GroupedOptionsCommand,
+    config_options,
+    flags_from,
+    strategy_option_groups,
+    strategy_options,
+)
 
 RUN_HELP = """Train the synthetic-token GPT workload with one strategy and report its numbers.
 
@@ -26,7 +32,12 @@ def build_run_command(pm, name: str = "run") -> click.Command:
     """``mtb run`` (or ``mtb profile``), with the options of every registered strategy."""
     profiling = name == "profile"
 
-    @click.command(name, help=PROFILE_HELP if profiling else RUN_HELP)
+    @click.command(
+        name,
+        cls=GroupedOptionsCommand,
+        option_groups=strategy_option_groups(pm),
+        help=PROFILE_HELP if profiling else RUN_HELP,
+    )
     @click.option(
         "--config",
         "config_file",
