@@ -59,7 +59,9 @@ def execute(kind: str, spec, pm, measure, build, render) -> dict | None:
     from rich.console import Console
 
     from mtb.console import stdout
+    from mtb.output_paths import check_file
 
+    check_file("--output", spec.output)
     started = provenance.utc_now()
     try:
         returned = run_function(spec.launch, for_measure(measure), spec)

@@ -357,6 +357,9 @@ class RunConfig:
     output: str | None = setting(
         None, help="result JSON path", shown_default="results/run-<UTC time>-<strategy>.json"
     )
+    overwrite: bool = setting(
+        False, help="replace an existing result file at --output instead of refusing the run"
+    )
     peak_tflops: float | None = setting(
         None,
         help="peak of one device for MFU",

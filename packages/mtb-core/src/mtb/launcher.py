@@ -20,7 +20,7 @@ from pathlib import Path
 import attrs
 
 from mtb import config as config_mod
-from mtb import gpu_guard, memory, provenance
+from mtb import gpu_guard, memory, output_paths, provenance
 from mtb.errors import RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
@@ -57,6 +57,7 @@ def preflight(config, pm) -> None:
     device_type = resolve_device_type(config.launch.device)
     resolve_backend(config.launch.backend, device_type)
     strategy.check(config, device_type)
+    output_paths.check_run(config)
     lifecycle.preflight(config, pm, strategy)
     provenance.check_evidence(config.evidence)
     os.environ.pop(gpu_guard.RECORD_VARIABLE, None)
@@ -256,7 +257,8 @@ def record_failure(config, pm, status: str, message: str) -> None:
         return
     plugins = plugin_list(pm)
     prov = {**provenance.collect(plugins), "end_utc": provenance.utc_now()}
-    write_result(pm, failure_document(status, message, config, plugins, prov), str(path))
+    document = failure_document(status, message, config, plugins, prov)
+    write_result(pm, document, str(path), config.overwrite)
 
 
 def announce(config) -> None:

@@ -55,10 +55,14 @@ def _build(cls, params: dict, **values):
 
 
 def _with_output(config):
-    if config.output:
-        return config
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return attrs.evolve(config, output=str(Path("results") / f"megatron-{stamp}.json"))
+    """The config with its result path decided and checked (before any work)."""
+    from mtb.output_paths import check_file
+
+    if not config.output:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        config = attrs.evolve(config, output=str(Path("results") / f"megatron-{stamp}.json"))
+    check_file("--output", config.output)
+    return config
 
 
 def _plugin_manager():

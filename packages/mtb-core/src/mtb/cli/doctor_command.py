@@ -54,14 +54,16 @@ def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
     from mtb import provenance
     from mtb.console import stdout
     from mtb.doctor import document
+    from mtb.output_paths import check_file
     from mtb.reporting import write_atomic
     from mtb.worker import plugin_list
 
+    path = output or default_output()
+    check_file("--output", path)
     launch = _launch(params, dict(os.environ))
     started = provenance.utc_now()
     checks = document.run_checks(launch, probe_mib * 2**20, skip_connectivity)
     doc = document.build(checks, launch, plugin_list(pm), started)
-    path = output or default_output()
     write_atomic(path, pm.registry("reporter").get("json").render([doc]))
     stdout.print(document.table(doc))
     click.echo(f"result written to {path}")
