@@ -75,3 +75,23 @@ def test_outputs_are_checked_before_anything_is_read(tmp_path, invoke):
         assert done.exit_code == 2, done.output
         assert done.output.strip().splitlines() == [done.output.strip()], done.output
         assert done.output.startswith("Error: --output: ") and problem in done.output
+
+
+FILES_PROBLEM = "files: missing or not a list of {path, sha256} entries"
+BROKEN_MANIFESTS = [
+    ({"root": "."}, FILES_PROBLEM),
+    ({"root": ".", "files": {"a.json": "0" * 64}}, FILES_PROBLEM),
+    ({"root": ".", "files": [{"path": "a.json"}]}, FILES_PROBLEM),
+    ({"files": []}, "root: missing or not a path"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("broken, problem", BROKEN_MANIFESTS)
+def test_verify_of_a_manifest_without_usable_files_is_one_line(tmp_path, invoke, broken, problem):
+    manifest = tmp_path / "evidence_manifest.json"
+    header = {"kind": "evidence_manifest", "manifest_version": 1}
+    manifest.write_text(json.dumps({**header, **broken}))
+    done = invoke("evidence", "verify", manifest)
+    assert done.exit_code == 2, done.output
+    assert done.output.strip().splitlines() == [f"Error: {manifest}: {problem}"]

@@ -69,9 +69,25 @@ def _register_builtins(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -
         infos[module_name] = PluginInfo(module_name, "mtb-core", _core_version(), True)
 
 
+def _warn_unknown_allowed(allowed: set[str] | None, installed: list[str]) -> None:
+    """MTB_LOAD_PLUGINS naming no installed plugin loads nothing for it: say so."""
+    unknown = sorted((allowed or set()) - set(installed))
+    if not unknown:
+        return
+    message = (
+        f"MTB_LOAD_PLUGINS: no installed plugin is named {', '.join(map(repr, unknown))} "
+        f"(installed: {', '.join(sorted(installed)) or 'none'})"
+    )
+    if _strict():
+        raise PluginError(message)
+    print(f"mtb: warning: {message}", file=sys.stderr)
+
+
 def _register_entry_points(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
     allowed = _allow_list()
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    found = entry_points(group=ENTRY_POINT_GROUP)
+    _warn_unknown_allowed(allowed, [ep.name for ep in found])
+    for ep in found:
         if allowed is not None and ep.name not in allowed:
             continue
         if pm.get_plugin(ep.name) is not None:

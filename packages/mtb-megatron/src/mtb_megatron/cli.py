@@ -78,11 +78,9 @@ def _write(pm, document: dict, path: str) -> None:
 
 
 def _console():
-    from rich.console import Console
+    from mtb.console import plain_console, stdout
 
-    from mtb.console import stdout
-
-    return stdout if stdout.is_terminal else Console(width=140, highlight=False)
+    return stdout if stdout.is_terminal else plain_console(width=140)
 
 
 def _benchmark(config: cfg.MegatronConfig, mode: str, dry_run: bool) -> None:
