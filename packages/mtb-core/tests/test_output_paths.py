@@ -157,3 +157,25 @@ def test_two_concurrent_runs_on_one_output_keep_both_results(places):
     losers = [err for _, err in outputs if "written by another run meanwhile" in err]
     assert len(losers) == 1
     assert any(f"result written to {places / 'same-2.json'}" in o for o, _ in outputs)
+
+
+@pytest.mark.timeout(60)
+def test_default_output_never_names_an_existing_result(tmp_path, monkeypatch):
+    from mtb.launcher import default_output
+
+    monkeypatch.chdir(tmp_path)
+    first = Path(default_output("single"))
+    first.parent.mkdir()
+    first.write_text("{}")
+    second = Path(default_output("single"))
+    assert second != first and not second.exists()
+
+
+@pytest.mark.timeout(120)
+def test_runs_without_output_each_keep_their_default_result(invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        result = invoke(*RUN)
+        assert result.exit_code == 0, result.output
+    written = sorted((tmp_path / "results").glob("run-*-single*.json"))
+    assert len(written) == 2 and all(read_json(p)["status"] == "ok" for p in written)

@@ -30,8 +30,12 @@ class LaunchTimeout(Exception):
 
 
 def default_output(strategy: str) -> str:
+    """results/run-<UTC time>-<strategy>.json, with -2, -3, ... when a run took it this second."""
+    from mtb.reporting import fresh_names
+
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return str(Path("results") / f"run-{stamp}-{strategy}.json")
+    path = Path("results") / f"run-{stamp}-{strategy}.json"
+    return str(next(p for p in fresh_names(path) if not p.exists()))
 
 
 def with_output(config):
