@@ -179,3 +179,12 @@ def test_runs_without_output_each_keep_their_default_result(invoke, tmp_path, mo
         assert result.exit_code == 0, result.output
     written = sorted((tmp_path / "results").glob("run-*-single*.json"))
     assert len(written) == 2 and all(read_json(p)["status"] == "ok" for p in written)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command", [["doctor", "--skip-connectivity"], ["fault", "smoke", "--scenarios", "nan"]]
+)
+def test_doctor_and_fault_outputs_are_checked_first(invoke, places, command):
+    result = invoke(*command, "--output", places / "dir")
+    one_line_refusal(result, "--output", "is a directory")

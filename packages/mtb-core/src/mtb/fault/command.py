@@ -75,10 +75,10 @@ def smoke_command(pm, scenarios, strategy, workdir, output, timeout_s):
     from mtb.output_paths import check_file
     from mtb.provenance import utc_now
 
-    names = _names(scenarios)
-    _check_strategy(pm, strategy)
     path = output or default_output()
     check_file("--output", path)
+    names = _names(scenarios)
+    _check_strategy(pm, strategy)
     folder = _workdir(workdir)
     smoke = Smoke(folder, strategy, timeout_s, pm)
     started, clock = utc_now(), time.perf_counter()
