@@ -60,6 +60,9 @@ def install_torch(session: nox.Session) -> None:
     """
     session.env["PYTHONDONTWRITEBYTECODE"] = ""  # empty means unset to Python
     session.env["DS_BUILD_OPS"] = "0"  # DeepSpeed: no C++ ops at install (JIT where needed)
+    # its JIT builds go to the session's own folder: a build killed elsewhere (in the user's
+    # cache) leaves a lock that these runs never meet
+    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(session.virtualenv.location) / "torch_ext")
     install(session, "--no-compile", "torch", "setuptools")
 
 

@@ -114,6 +114,7 @@ def make_config(args, output: str):
             "strategy": "single",
             "preset": args.preset,
             "output": output,
+            "overwrite": True,  # every launch of a comparison rewrites the same file
             "training": {
                 "steps": args.warmup_steps + args.steps,
                 "warmup_steps": args.warmup_steps,

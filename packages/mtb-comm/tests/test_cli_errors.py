@@ -37,3 +37,11 @@ def test_every_command_has_help(cli):
     for path in (["comm"], ["tp", "check"], ["tp", "mlp"], ["tp", "sequence"], ["moe", "route"]):
         result = CliRunner().invoke(cli, [*path, "--help"])
         assert result.exit_code == 0 and "--nproc-per-node" in result.output
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["comm"], ["tp", "check"], ["moe", "route"]])
+def test_output_is_checked_before_anything_is_launched(cli, tmp_path, command):
+    result = CliRunner().invoke(cli, [*command, "--output", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"Error: --output: {tmp_path}: is a directory; give a file name"

@@ -150,7 +150,7 @@ def test_allowed_unverified_runs_are_marked_and_exploratory_is_the_default(
     doc = read_json(out)
     assert (doc["evidence"], doc["verified"]) == ("formal", False)
     assert doc["provenance"]["evidence_problems"] == ["the git tree has uncommitted changes"]
-    assert invoke("run", *TINY, "--output", out).exit_code == 0
+    assert invoke("run", *TINY, "--output", out, "--overwrite").exit_code == 0
     assert (read_json(out)["evidence"], read_json(out)["verified"]) == ("exploratory", None)
 
 

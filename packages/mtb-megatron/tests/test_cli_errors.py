@@ -64,3 +64,13 @@ def test_building_the_megatron_commands_does_not_import_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_output_is_checked_before_anything_runs(cli, tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "topology.json"
+    result = CliRunner().invoke(cli, ["megatron", "topology", "--output", str(out)])
+    assert result.exit_code == 2, result.output
+    problem = f"{tmp_path / 'file'} is not a directory"
+    assert result.output.strip() == f"Error: --output: {out}: {problem}"

@@ -59,3 +59,39 @@ def test_manifest_inside_its_directory_excludes_itself(tmp_path, invoke):
 def test_verify_rejects_a_non_manifest(invoke):
     done = invoke("evidence", "verify", RUNS / "ddp-w2.json")
     assert done.exit_code == 2 and "not an evidence manifest" in done.output
+
+
+@pytest.mark.timeout(60)
+def test_outputs_are_checked_before_anything_is_read(tmp_path, invoke):
+    """``-o`` naming a directory (``DIR.md``) or a path under a file: one line, exit 2."""
+    (tmp_path / "DIR.md").mkdir()
+    (tmp_path / "file").write_text("x")
+    cases = [
+        (["report", RUNS, "-o", tmp_path / "DIR.md"], "is a directory"),
+        (["evidence", "manifest", RUNS, "-o", tmp_path / "file" / "m.json"], "not a directory"),
+    ]
+    for args, problem in cases:
+        done = invoke(*args)
+        assert done.exit_code == 2, done.output
+        assert done.output.strip().splitlines() == [done.output.strip()], done.output
+        assert done.output.startswith("Error: --output: ") and problem in done.output
+
+
+FILES_PROBLEM = "files: missing or not a list of {path, sha256} entries"
+BROKEN_MANIFESTS = [
+    ({"root": "."}, FILES_PROBLEM),
+    ({"root": ".", "files": {"a.json": "0" * 64}}, FILES_PROBLEM),
+    ({"root": ".", "files": [{"path": "a.json"}]}, FILES_PROBLEM),
+    ({"files": []}, "root: missing or not a path"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("broken, problem", BROKEN_MANIFESTS)
+def test_verify_of_a_manifest_without_usable_files_is_one_line(tmp_path, invoke, broken, problem):
+    manifest = tmp_path / "evidence_manifest.json"
+    header = {"kind": "evidence_manifest", "manifest_version": 1}
+    manifest.write_text(json.dumps({**header, **broken}))
+    done = invoke("evidence", "verify", manifest)
+    assert done.exit_code == 2, done.output
+    assert done.output.strip().splitlines() == [f"Error: {manifest}: {problem}"]

@@ -4,12 +4,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 PLUGIN_DIR = Path(__file__).parent / "plugins"
+# DeepSpeed's JIT-built ops go to a folder of the tests' own (nox sets one per session): a
+# build killed elsewhere, in the user's cache, leaves a lock these runs never wait on
+os.environ.setdefault(
+    "TORCH_EXTENSIONS_DIR", str(Path(tempfile.gettempdir()) / f"mtb-tests-torch-ext-{os.getuid()}")
+)
 # tiny model, fp32, 5 measured steps, a learning rate that moves the weights
 BASE = [
     "--preset",

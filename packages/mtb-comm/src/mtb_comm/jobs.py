@@ -56,10 +56,10 @@ def execute(kind: str, spec, pm, measure, build, render) -> dict | None:
     ``build(spec, per_rank)`` returns the kind's fields with ``status`` and
     ``error``; ``render(document)`` the rich table. Returns the document dict.
     """
-    from rich.console import Console
+    from mtb.console import plain_console, stdout
+    from mtb.output_paths import check_file
 
-    from mtb.console import stdout
-
+    check_file("--output", spec.output)
     started = provenance.utc_now()
     try:
         returned = run_function(spec.launch, for_measure(measure), spec)
@@ -76,7 +76,7 @@ def execute(kind: str, spec, pm, measure, build, render) -> dict | None:
     document = results.DOCUMENTS[kind](**frame, environment=environment, **fields)
     data = results.to_dict(document)
     write_result(pm, data, spec.output)
-    console = stdout if stdout.is_terminal else Console(width=WIDTH, highlight=False)
+    console = stdout if stdout.is_terminal else plain_console(width=WIDTH)
     console.print(render(data))
     print(f"result written to {spec.output}", flush=True)
     if document.status != "ok":

@@ -357,6 +357,9 @@ class RunConfig:
     output: str | None = setting(
         None, help="result JSON path", shown_default="results/run-<UTC time>-<strategy>.json"
     )
+    overwrite: bool = setting(
+        False, help="replace an existing result file at --output instead of refusing the run"
+    )
     peak_tflops: float | None = setting(
         None,
         help="peak of one device for MFU",
@@ -586,7 +589,7 @@ def _drop_none(flags: dict) -> dict:
 
 
 def load_toml(path: str) -> dict:
-    """Read a TOML run file; a syntax error is a one-line ConfigError."""
+    """Read a TOML run file; a syntax error or another encoding is a one-line ConfigError."""
     import tomllib
 
     try:
@@ -596,6 +599,24 @@ def load_toml(path: str) -> dict:
         raise ConfigError("--config", f"cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError("--config", f"{path} is not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            "--config", f"{path} is not UTF-8 text{_bom_of(error.object)}; save it as UTF-8"
+        ) from None
+
+
+def _bom_of(data: bytes) -> str:
+    """Which byte-order mark starts ``data`` (a file saved as UTF-16 or UTF-32), if any."""
+    import codecs
+
+    marks = {
+        "UTF-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE),
+        "UTF-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE),
+    }
+    for name, boms in marks.items():
+        if data.startswith(boms):
+            return f" (it starts with a {name} byte-order mark)"
+    return ""
 
 
 def to_dict(config: RunConfig) -> dict:

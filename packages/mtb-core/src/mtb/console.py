@@ -13,8 +13,19 @@ ABOVE_PEAK = (
     "the device's peak (see environment.peak_flops_measurement, or pass --peak-tflops)"
 )
 
-stdout = Console(highlight=False)
-stderr = Console(stderr=True, highlight=False)
+
+def plain_console(**options) -> Console:
+    """A console that prints text as given: no markup, no highlighting.
+
+    Messages carry user and hint text such as ``pip install 'mtb-megatron[gpu]'``,
+    whose brackets rich would read as markup and drop. Styles are set with
+    ``rich.text.Text`` instead.
+    """
+    return Console(highlight=False, markup=False, **options)
+
+
+stdout = plain_console()
+stderr = plain_console(stderr=True)
 
 
 def _fmt(stat: dict, scale: float = 1.0, digits: int = 1) -> str:
@@ -76,7 +87,7 @@ PIPE_WIDTH = 200
 
 def print_wide(table: Table) -> None:
     """A table on stdout, unwrapped up to PIPE_WIDTH columns when stdout is not a terminal."""
-    console = stdout if stdout.is_terminal else Console(highlight=False, width=PIPE_WIDTH)
+    console = stdout if stdout.is_terminal else plain_console(width=PIPE_WIDTH)
     console.print(table)
 
 

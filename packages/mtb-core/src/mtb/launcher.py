@@ -19,7 +19,7 @@ from pathlib import Path
 
 import attrs
 
-from mtb import components, gpu_guard, memory, provenance
+from mtb import components, gpu_guard, memory, output_paths, provenance
 from mtb import config as config_mod
 from mtb.checkpoint import lock as checkpoint_lock
 from mtb.errors import RunFailed, UsageError, one_line
@@ -31,8 +31,12 @@ class LaunchTimeout(Exception):
 
 
 def default_output(strategy: str) -> str:
+    """results/run-<UTC time>-<strategy>.json, with -2, -3, ... when a run took it this second."""
+    from mtb.reporting import fresh_names
+
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return str(Path("results") / f"run-{stamp}-{strategy}.json")
+    path = Path("results") / f"run-{stamp}-{strategy}.json"
+    return str(next(p for p in fresh_names(path) if not p.exists()))
 
 
 def with_output(config):
@@ -58,6 +62,7 @@ def preflight(config, pm) -> None:
     device_type = resolve_device_type(config.launch.device)
     resolve_backend(config.launch.backend, device_type)
     strategy.check(config, device_type)
+    output_paths.check_run(config)
     lifecycle.preflight(config, pm, strategy)
     provenance.check_evidence(config.evidence, provenance.allowed_registries(config.allow_registry))
     os.environ.pop(gpu_guard.RECORD_VARIABLE, None)
@@ -259,7 +264,8 @@ def record_failure(config, pm, status: str, message: str) -> None:
     allowed = provenance.allowed_registries(config.allow_registry)
     prov = {**provenance.collect(plugins, allowed), "end_utc": provenance.utc_now()}
     used = components.record(pm, config)
-    write_result(pm, failure_document(status, message, config, plugins, prov, used), str(path))
+    document = failure_document(status, message, config, plugins, prov, used)
+    write_result(pm, document, str(path), config.overwrite)
 
 
 def announce(config) -> None:

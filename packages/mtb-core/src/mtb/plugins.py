@@ -135,12 +135,23 @@ def _register_builtins(pm: "MtbPluginManager", disabled: set[str]) -> None:
         pm.infos[module_name] = info
 
 
+def _warn_unknown_allowed(allowed: set[str] | None, installed: list[str]) -> None:
+    """MTB_LOAD_PLUGINS naming no installed plugin loads nothing for it: say so."""
+    unknown = sorted((allowed or set()) - set(installed))
+    if unknown:
+        warn(
+            f"MTB_LOAD_PLUGINS: no installed plugin is named {', '.join(map(repr, unknown))} "
+            f"(installed: {', '.join(sorted(installed)) or 'none'})"
+        )
+
+
 def _register_entry_points(pm: "MtbPluginManager", disabled: set[str]) -> list[str]:
     """Load the ``mtb`` entry points; returns every name seen (for the disable-list check)."""
     allowed = _allow_list()
-    seen = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        seen.append(ep.name)
+    found = entry_points(group=ENTRY_POINT_GROUP)
+    seen = [ep.name for ep in found]
+    _warn_unknown_allowed(allowed, seen)
+    for ep in found:
         if allowed is not None and ep.name not in allowed:
             continue
         dist = ep.dist

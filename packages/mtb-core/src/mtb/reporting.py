@@ -27,13 +27,8 @@ class Reporter:
         raise NotImplementedError(f"reporter {self.name!r} does not implement render()")
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename.
-
-    A reader sees either the old file or the complete new one, never a prefix.
-    The file gets the usual permissions (0666 less the umask), not mkstemp's 0600.
-    """
-    target = Path(path)
+def _temp_copy(target: Path, text: str) -> str:
+    """``text`` in a synced temporary file beside ``target``, with the usual permissions."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -42,8 +37,52 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename.
+
+    A reader sees either the old file or the complete new one, never a prefix.
+    The file gets the usual permissions (0666 less the umask), not mkstemp's 0600.
+    """
+    target = Path(path)
+    tmp = _temp_copy(target, text)
+    try:
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def fresh_names(target: Path):
+    """``target``, then ``NAME-2.SUFFIX``, ``NAME-3.SUFFIX``, ... beside it."""
+    yield target
+    number = 2
+    while True:
+        yield target.with_name(f"{target.stem}-{number}{target.suffix}")
+        number += 1
+
+
+def write_new(path: str | os.PathLike, text: str) -> Path:
+    """Publish ``text`` at ``path`` only if no file is there, else at the first free fresh name.
+
+    The complete temporary file is hard-linked to its name (link never replaces
+    an existing file), so of two writers racing for one path exactly one gets
+    it and the other's text lands beside it: nothing is overwritten or lost.
+    Returns the path written.
+    """
+    tmp = _temp_copy(Path(path), text)
+    try:
+        for candidate in fresh_names(Path(path)):
+            try:
+                os.link(tmp, candidate)
+            except FileExistsError:
+                continue
+            return candidate
+    finally:
+        Path(tmp).unlink(missing_ok=True)

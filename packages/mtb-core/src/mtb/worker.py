@@ -19,7 +19,7 @@ from mtb.errors import one_line
 from mtb.metrics import gpu_peak_flops
 from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
 from mtb.profiling import run as profiling
-from mtb.reporting import write_atomic
+from mtb.reporting import write_atomic, write_new
 from mtb.results import (
     SCHEMA_VERSION,
     RunResult,
@@ -206,9 +206,19 @@ def checkpoint_record(records: list) -> dict | None:
     }
 
 
-def write_result(pm, document: dict, path: str) -> None:
-    reporter = pm.registry("reporter").get("json")
-    write_atomic(path, reporter.render([document]))
+def write_result(pm, document: dict, path: str, overwrite: bool = True) -> str:
+    """The JSON result at ``path``; without ``overwrite`` never over another run's file.
+
+    A file that appeared at ``path`` during the run (another run given the same
+    --output) is kept: this result goes beside it under a fresh name, said on stderr.
+    """
+    text = pm.registry("reporter").get("json").render([document])
+    if overwrite:
+        return str(write_atomic(path, text))
+    written = str(write_new(path, text))
+    if written != str(path):
+        print(f"mtb: {path} was written by another run meanwhile; kept it", file=sys.stderr)
+    return written
 
 
 def report(context, pm, document: dict) -> None:
@@ -216,12 +226,12 @@ def report(context, pm, document: dict) -> None:
     from mtb.console import stdout, summary_table
 
     pm.hook.mtb_run_end(context=context, result=document)
-    write_result(pm, document, context.config.output)
+    written = write_result(pm, document, context.config.output, context.config.overwrite)
     stdout.print(summary_table(document))
     if document["profile"] is not None:
         profiling.write_summaries(document["profile"])
         print(f"profile written to {document['profile']['directory']}", flush=True)
-    print(f"result written to {context.config.output}", flush=True)
+    print(f"result written to {written}", flush=True)
 
 
 def run(config, pm) -> dict | None:

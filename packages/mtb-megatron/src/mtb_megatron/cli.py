@@ -55,10 +55,14 @@ def _build(cls, params: dict, **values):
 
 
 def _with_output(config):
-    if config.output:
-        return config
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return attrs.evolve(config, output=str(Path("results") / f"megatron-{stamp}.json"))
+    """The config with its result path decided and checked (before any work)."""
+    from mtb.output_paths import check_file
+
+    if not config.output:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        config = attrs.evolve(config, output=str(Path("results") / f"megatron-{stamp}.json"))
+    check_file("--output", config.output)
+    return config
 
 
 def _plugin_manager():
@@ -74,11 +78,9 @@ def _write(pm, document: dict, path: str) -> None:
 
 
 def _console():
-    from rich.console import Console
+    from mtb.console import plain_console, stdout
 
-    from mtb.console import stdout
-
-    return stdout if stdout.is_terminal else Console(width=140, highlight=False)
+    return stdout if stdout.is_terminal else plain_console(width=140)
 
 
 def _benchmark(config: cfg.MegatronConfig, mode: str, dry_run: bool) -> None:

@@ -68,8 +68,8 @@ def build_manifest(root: Path, manifest_path: Path) -> dict:
     }
 
 
-def verify(manifest_path: Path) -> dict[str, list[str]]:
-    """Added, missing and altered paths (relative to the manifest's root)."""
+def read_manifest(manifest_path: Path) -> dict:
+    """The manifest at ``manifest_path``, or one UsageError naming what it lacks."""
     manifest = read_json(manifest_path)
     if (
         manifest.get("kind") != MANIFEST_KIND
@@ -79,6 +79,22 @@ def verify(manifest_path: Path) -> dict[str, list[str]]:
             f"{manifest_path}: not an evidence manifest of version {MANIFEST_VERSION} "
             "(write one with `mtb evidence manifest`)"
         )
+    files = manifest.get("files")
+    if not isinstance(manifest.get("root"), str):
+        raise UsageError(f"{manifest_path}: root: missing or not a path")
+    if not isinstance(files, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("sha256"), str)
+        for f in files
+    ):
+        raise UsageError(
+            f"{manifest_path}: files: missing or not a list of {{path, sha256}} entries"
+        )
+    return manifest
+
+
+def verify(manifest_path: Path) -> dict[str, list[str]]:
+    """Added, missing and altered paths (relative to the manifest's root)."""
+    manifest = read_manifest(manifest_path)
     root = manifest_path.parent / manifest["root"]
     recorded = {f["path"]: f["sha256"] for f in manifest["files"]}
     present = (

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from mtb.errors import UsageError
 from mtb.strategy import Strategy, StrategyOption
+from mtb_strategies.extension_locks import check_no_stale_lock
 from mtb_strategies.sync_modes import resolve_sync_mode
 
 SHARDED_BY_STAGE = {
@@ -57,6 +58,7 @@ class ZeroStrategy(Strategy):
         )
         if config.training.optimizer != "adamw":
             raise UsageError(f"training.optimizer: strategy {self.name!r} supports adamw only")
+        check_no_stale_lock()  # DeepSpeed would wait on it, silently, until the launch timeout
 
     def setup(self, model, make_optimizer, context):
         from mtb_strategies.zero_engine import ZeroEngine

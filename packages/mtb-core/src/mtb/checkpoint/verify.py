@@ -82,9 +82,6 @@ def digests_for(step_dir: Path, pm, device: str, timeout_s: float) -> dict:
 
 def diagnosis(left: Path, right: Path, pm, device: str, timeout_s: float) -> dict:
     """The verify document: both sides' digests and the components that differ."""
-    from mtb import provenance
-    from mtb.results import SCHEMA_VERSION
-
     sides = {}
     for name, path in (("left", left), ("right", right)):
         document = meta.check_intact(path)
@@ -96,14 +93,41 @@ def diagnosis(left: Path, right: Path, pm, device: str, timeout_s: float) -> dic
             "digests": digests_for(path, pm, device, timeout_s),
         }
     differ = differing(sides["left"]["digests"], sides["right"]["digests"])
+    return _document(
+        f"checkpoints differ in: {', '.join(differ)}" if differ else None,
+        verdict=f"identical: {', '.join(COMPONENTS)}",
+        identical=not differ,
+        differing=differ,
+        **sides,
+    )
+
+
+def self_check(step_dir: Path) -> dict:
+    """The verify document of one checkpoint: READY and its files match metadata.json."""
+    try:
+        document = meta.check_intact(step_dir)
+    except meta.CheckpointError as error:
+        return _document(str(error), verdict="", path=str(step_dir))
+    files = len(document["files"])
+    return _document(
+        None,
+        verdict=f"intact: READY, {files} file(s) match their SHA256 digests in metadata.json",
+        path=str(step_dir),
+        step=document["step"],
+        files_checked=files,
+    )
+
+
+def _document(error: str | None, **fields) -> dict:
+    from mtb import provenance
+    from mtb.results import SCHEMA_VERSION
+
     return {
         "kind": "checkpoint_verify",
         "schema_version": SCHEMA_VERSION,
-        "status": "ok" if not differ else "failed",
-        "error": f"components differ: {', '.join(differ)}" if differ else None,
-        "identical": not differ,
-        "differing": differ,
-        **sides,
+        "status": "failed" if error else "ok",
+        "error": error,
+        **fields,
         "provenance": {**provenance.collect([]), "end_utc": provenance.utc_now()},
     }
 

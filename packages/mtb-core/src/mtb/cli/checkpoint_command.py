@@ -110,7 +110,7 @@ def inspect_command(path):
 
 @checkpoint_group.command("verify")
 @click.argument("left", metavar="LEFT")
-@click.argument("right", metavar="RIGHT")
+@click.argument("right", metavar="[RIGHT]", required=False)
 @click.option(
     "--output", "-o", default="checkpoint-verify.json", show_default=True, help="diagnosis JSON"
 )
@@ -118,20 +118,31 @@ def inspect_command(path):
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
 @click.pass_obj
 def verify_command(pm, left, right, output, device, timeout_s):
-    """Load LEFT and RIGHT at their saved world sizes and compare state digests.
+    """Check LEFT against its own digests; with RIGHT, compare the two checkpoints' states.
 
-    Compares model, optimizer, scheduler, train state and each rank's RNG;
-    writes a JSON diagnosis and exits 1 naming the components that differ.
+    One checkpoint: READY, and every file's size and SHA256 as metadata.json
+    records them (nothing is loaded). Two: load each at its saved world size
+    and compare model, optimizer, scheduler, train state and each rank's RNG.
+    Writes a JSON diagnosis; exits 1 naming what is damaged or differs.
     """
-    from mtb.checkpoint.verify import diagnosis
+    from mtb.checkpoint.verify import diagnosis, self_check
+    from mtb.output_paths import check_file
     from mtb.reporting import write_atomic
 
-    document = diagnosis(Path(left), Path(right), pm, device, timeout_s)
+    sides = {"LEFT": left, "RIGHT": right} if right else {"LEFT": left}
+    for name, path in sides.items():
+        if not Path(path).is_dir():
+            raise UsageError(f"{name}: {path} is not a directory (give a step_N checkpoint)")
+    check_file("--output", output)
+    if right is None:
+        document = self_check(Path(left))
+    else:
+        document = diagnosis(Path(left), Path(right), pm, device, timeout_s)
     write_atomic(output, json.dumps(document, indent=2) + "\n")
     click.echo(f"diagnosis written to {output}")
-    if document["differing"]:
-        raise RunFailed(f"checkpoints differ in: {', '.join(document['differing'])}")
-    click.echo("identical: model, optimizer, scheduler, train_state, rng")
+    if document["status"] != "ok":
+        raise RunFailed(document["error"])
+    click.echo(document["verdict"])
 
 
 @checkpoint_group.command("clean")

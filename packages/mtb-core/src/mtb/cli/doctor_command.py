@@ -12,6 +12,18 @@ from mtb.cli.config_options import launch_options, split_launch
 DEFAULT_TIMEOUT_S = 60.0
 
 
+def quiet_cpp_logs(environ=os.environ) -> None:
+    """torch's C++ logs off but fatal ones (it reads TORCH_CPP_LOG_LEVEL once, on import).
+
+    A store client retrying an address that does not answer logs each retry
+    with a C++ stack (dozens of ``frame #`` lines); the rendezvous check
+    already says what failed, in one line. MTB_DEBUG or a level the user set
+    keeps them.
+    """
+    if not environ.get("MTB_DEBUG"):
+        environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
 def default_output() -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return str(Path("results") / f"doctor-{stamp}.json")
@@ -51,17 +63,20 @@ def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
     (kind "doctor") and prints a table; exits 1 when any check fails.
     Diagnosing several nodes, NCCL and gloo: docs/multi-node.md.
     """
+    quiet_cpp_logs()  # before anything below imports torch
     from mtb import provenance
     from mtb.console import stdout
     from mtb.doctor import document
+    from mtb.output_paths import check_file
     from mtb.reporting import write_atomic
     from mtb.worker import plugin_list
 
+    path = output or default_output()
+    check_file("--output", path)
     launch = _launch(params, dict(os.environ))
     started = provenance.utc_now()
     checks = document.run_checks(launch, probe_mib * 2**20, skip_connectivity)
     doc = document.build(checks, launch, plugin_list(pm), started)
-    path = output or default_output()
     write_atomic(path, pm.registry("reporter").get("json").render([doc]))
     stdout.print(document.table(doc))
     click.echo(f"result written to {path}")

@@ -92,6 +92,7 @@ def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resu
     from mtb.console import print_wide
     from mtb.errors import RunFailed
     from mtb.matrix import display, session
+    from mtb.output_paths import check_directory
 
     spec = _spec(matrix_file, preset, overrides)
     plans = _plans(ctx, spec, max_ranks)
@@ -99,6 +100,7 @@ def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resu
     if dry_run:
         print_wide(display.plan_table(spec, plans, _existing(plans, out)))
         return
+    check_directory("--output-dir", out)
     session.check_output_dir(out, resume)
     with display.progress(len(plans)) as progress:
         matrix, report = session.run(spec, plans, out, ctx.find_root().obj, progress)

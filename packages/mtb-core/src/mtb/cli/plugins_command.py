@@ -88,9 +88,9 @@ def plugins_command(pm, as_json):
     if as_json:
         click.echo(json.dumps(entries, indent=2))
         return
-    from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+
+    from mtb.console import plain_console
 
     table = Table(title="mtb plugins")
     for column in ("plugin", "distribution", "version", "status", "hooks", "registers"):
@@ -104,11 +104,11 @@ def plugins_command(pm, as_json):
             "\n".join(entry["hooks"]) or "-",
             _registers_text(entry["registers"]),
         )
-        table.add_row(*map(escape, cells))
-    console = Console(width=None if sys.stdout.isatty() else 160)
+        table.add_row(*cells)
+    console = plain_console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     for line in _unavailable(entries) + _problems(entries):
-        console.print(line, highlight=False, markup=False)
+        console.print(line)
 
 
 def _problems(entries: list[dict]) -> list[str]:

@@ -108,9 +108,20 @@ def summarize(gathered: dict, probe_bytes: int, elapsed_s: float) -> Check:
     return Check(name="all_reduce", area=AREA, status=status, message=message, details=details)
 
 
+def _cause(error: BaseException) -> str:
+    """One line for a failed launch, from the innermost error (torch wraps the socket's)."""
+    from mtb.errors import one_line
+    from mtb.launcher import LaunchTimeout
+
+    if isinstance(error, LaunchTimeout):
+        return f"nothing answered in time ({error})"
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return one_line(error)
+
+
 def checks(launch: LaunchConfig, probe_bytes: int, skip: bool) -> list[Check]:
     from mtb import launcher
-    from mtb.errors import MtbError
 
     if skip:
         return [Check(name="all_reduce", area=AREA, status=SKIPPED, message="--skip-connectivity")]
@@ -118,8 +129,9 @@ def checks(launch: LaunchConfig, probe_bytes: int, skip: bool) -> list[Check]:
     spec = ProbeSpec(launch=launch, probe_bytes=probe_bytes)
     try:
         gathered = launcher.run_function(launch, rank_side, spec)
-    except (MtbError, launcher.LaunchTimeout) as error:
-        message = f"no process group of {launch.world_size} ranks: {error}"
+    except Exception as error:  # the rendezvous failing in any way is this check's answer
+        where = f" at {launch.rdzv_endpoint}" if launch.rdzv_endpoint else ""
+        message = f"no process group of {launch.world_size} ranks{where}: {_cause(error)}"
         return [Check(name="rendezvous", area=AREA, status=FAIL, message=message)]
     elapsed = time.perf_counter() - started
     if gathered is None:  # global rank 0 lives on another node and keeps the figures

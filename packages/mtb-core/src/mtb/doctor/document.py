@@ -53,11 +53,12 @@ def _first_failure(checks: list[chk.Check]) -> str | None:
 
 def table(document: dict):
     from rich.table import Table
+    from rich.text import Text
 
     grid = Table(title=f"mtb doctor: {document['verdict']}", title_justify="left")
     for column in ("area", "check", "status", "message"):
         grid.add_column(column, overflow="fold")
     for c in document["checks"]:
-        status = f"[{STYLE[c['status']]}]{c['status']}[/]"
+        status = Text(c["status"], style=STYLE[c["status"]])
         grid.add_row(c["area"], c["name"], status, c["message"])
     return grid

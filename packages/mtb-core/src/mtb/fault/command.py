@@ -73,8 +73,11 @@ def smoke_command(pm, scenarios, strategy, workdir, output, timeout_s):
     from mtb.console import stdout
     from mtb.fault import report
     from mtb.fault.smoke import Smoke, run_scenario
+    from mtb.output_paths import check_file
     from mtb.provenance import utc_now
 
+    path = output or default_output()
+    check_file("--output", path)
     names = _names(scenarios)
     _check_strategy(pm, strategy)
     folder = _workdir(workdir)
@@ -82,7 +85,6 @@ def smoke_command(pm, scenarios, strategy, workdir, output, timeout_s):
     started, clock = utc_now(), time.perf_counter()
     outcomes = [run_scenario(smoke, name, SCENARIOS[name]) for name in names]
     doc = report.document(smoke, outcomes, pm, started, time.perf_counter() - clock)
-    path = output or default_output()
     report.write(doc, path)
     stdout.print(report.table(doc))
     click.echo(f"fault smoke written to {path} (runs in {folder})")

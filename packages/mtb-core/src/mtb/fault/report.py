@@ -3,6 +3,7 @@
 import json
 
 from rich.table import Table
+from rich.text import Text
 
 from mtb import provenance
 from mtb.reporting import write_atomic
@@ -48,7 +49,7 @@ def table(doc: dict) -> Table:
         failed += [scenario["error"]] if scenario["error"] else []
         result.add_row(
             scenario["name"],
-            "PASS" if scenario["status"] == "passed" else "[bold red]FAIL[/]",
+            "PASS" if scenario["status"] == "passed" else Text("FAIL", style="bold red"),
             f"{scenario['seconds']:.1f}",
             f"{held}/{len(scenario['checks'])}",
             "; ".join(failed),
