@@ -95,6 +95,6 @@ def mtb_checkpoint_saved(context, checkpoint):
 def mtb_run_end(context, result):
     """A run finished; ``result`` is the result document (a dict).
 
-    Called on rank 0 only, after the result has been assembled and before it
-    is written.
+    Called on rank 0 only, after the result has been written: an
+    implementation that raises cannot lose it (the run then exits 1 saying so).
     """

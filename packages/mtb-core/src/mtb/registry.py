@@ -89,8 +89,9 @@ class Registry:
         return entry.item
 
 
-def _call_with(impl, **available) -> None:
-    impl.function(*(available[arg] for arg in impl.argnames))
+def call_with(impl, **available):
+    """One hook implementation called with the arguments it names, out of ``available``."""
+    return impl.function(*(available[arg] for arg in impl.argnames))
 
 
 def _registering(registry: Registry, plugin: str) -> Callable[[object], None]:
@@ -107,5 +108,5 @@ def collect(pm, kind_name: str) -> Registry:
     kind = KINDS[kind_name]
     registry = Registry(kind)
     for impl in getattr(pm.hook, kind.hook).get_hookimpls():
-        _call_with(impl, register=_registering(registry, impl.plugin_name))
+        call_with(impl, register=_registering(registry, impl.plugin_name))
     return registry

@@ -85,10 +85,9 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
-    """Run ``python -m mtb ARGS`` in ``cwd``; past ``timeout_s`` kill its process group."""
-    started = time.perf_counter()
-    child = subprocess.Popen(
+def start(args: list[str], cwd) -> subprocess.Popen:
+    """``python -m mtb ARGS`` in ``cwd``, in a session of its own, output piped."""
+    return subprocess.Popen(
         [sys.executable, "-m", "mtb", *args],
         cwd=cwd,
         env=_child_env(),
@@ -97,6 +96,12 @@ def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
         text=True,
         start_new_session=True,
     )
+
+
+def mtb(label: str, args: list[str], cwd, timeout_s: float) -> Launch:
+    """Run ``python -m mtb ARGS`` in ``cwd``; past ``timeout_s`` kill its process group."""
+    started = time.perf_counter()
+    child = start(args, cwd)
     try:
         out, err = child.communicate(timeout=timeout_s)
         code = child.returncode
