@@ -88,7 +88,8 @@ def deadline(seconds: float):
 
 @contextlib.contextmanager
 def interruptible():
-    """Raise Interrupted in the main thread on SIGTERM, Ctrl-C or SIGHUP.
+    """Raise Interrupted in the main thread on SIGTERM, Ctrl-C or SIGHUP (unless ignored,
+    as under nohup).
 
     torch's agent takes these signals over while workers run (it stops them
     with the same signal); :func:`_elastic` turns its exception into ours.
@@ -97,7 +98,9 @@ def interruptible():
     def stop(signum, frame):
         raise Interrupted(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in lifeline.FORWARDED}
+    previous = {signum: signal.getsignal(signum) for signum in lifeline.heeded()}
+    for signum in previous:
+        signal.signal(signum, stop)
     try:
         yield
     finally:

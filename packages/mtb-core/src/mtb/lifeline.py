@@ -32,6 +32,11 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 
 
+def heeded() -> list[int]:
+    """The forwarded signals this process does not ignore (nohup ignores SIGHUP)."""
+    return [signum for signum in FORWARDED if signal.getsignal(signum) is not signal.SIG_IGN]
+
+
 def launcher_pid() -> int:
     return int(os.environ.get(LAUNCHER_VARIABLE, os.getppid()))
 
@@ -64,16 +69,19 @@ def record(message: str, **extra) -> None:
 
 
 def take_signals(parent: int) -> None:
-    """Receive the forwarded signals in one thread of their own (call before any other)."""
-    for signum in FORWARDED:
+    """Receive the heeded signals in one thread of their own (call before any other)."""
+    taken = heeded()
+    if not taken:
+        return
+    for signum in taken:
         signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    threading.Thread(target=_await_signal, args=(parent,), daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, taken)
+    threading.Thread(target=_await_signal, args=(parent, taken), daemon=True).start()
 
 
-def _await_signal(parent: int) -> None:
+def _await_signal(parent: int, taken: list[int]) -> None:
     """Record a signal that did not come from ``parent``, then die by it."""
-    info = signal.sigwaitinfo(FORWARDED)
+    info = signal.sigwaitinfo(taken)
     if info.si_pid != parent:
         name = signal.Signals(info.si_signo).name
         record(f"stopped by {name} from pid {info.si_pid}", signal=name)

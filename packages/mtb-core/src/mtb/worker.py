@@ -1,7 +1,7 @@
 """One worker process of ``mtb run``: train, gather, and (rank 0) write the result.
 
-Launched workers are started as ``python -m mtb.worker CONFIG.json``; under a
-hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
+Launched workers are started as ``python -m mtb.lifeline mtb.worker CONFIG.json``;
+under a hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
 """
 
 import contextlib
@@ -228,7 +228,7 @@ def report(context, pm, document: dict) -> list[str]:
 
 
 def notify_run_end(context, pm, document: dict) -> list[str]:
-    """Each ``mtb_run_end`` implementation, in pluggy's order; 'PLUGIN: ERROR' per failure."""
+    """Each ``mtb_run_end`` implementation, in pluggy's order; a line per one that raised."""
     failures = []
     for impl in reversed(pm.hook.mtb_run_end.get_hookimpls()):
         try:

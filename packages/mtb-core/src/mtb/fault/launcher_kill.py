@@ -9,8 +9,6 @@ import contextlib
 import signal
 import time
 
-import psutil
-
 from mtb.fault.evidence import listing
 from mtb.fault.launch import Launch, start
 from mtb.fault.outcome import Outcome
@@ -23,6 +21,8 @@ QUIET_S = 3.0  # how long nothing may change in the checkpoint folder afterwards
 
 def launcher_kill(smoke: Smoke, outcome: Outcome) -> None:
     """SIGKILL the launcher once a checkpoint is published; no worker may survive it."""
+    import psutil  # not at import: the fault command group loads with `mtb --help`
+
     folder = smoke.folder(outcome.name)
     args = [*smoke.run_flags(WORLD_SIZE, STEPS, 2), "--checkpoint-dir", "ckpt"]
     args += ["--output", "killed.json"]
@@ -53,8 +53,10 @@ def launcher_kill(smoke: Smoke, outcome: Outcome) -> None:
     outcome.launches.append(launch.evidence())
 
 
-def _workers_once_saved(child, latest, timeout_s: float) -> list[psutil.Process]:
+def _workers_once_saved(child, latest, timeout_s: float) -> list:
     """The launcher's descendants once ``latest`` exists (none if it never does)."""
+    import psutil
+
     give_up = time.monotonic() + timeout_s
     while not latest.exists():
         if child.poll() is not None or time.monotonic() > give_up:
@@ -77,6 +79,8 @@ def _nothing_published_after(outcome: Outcome, folder) -> None:
 
 def _kill(child, workers: list) -> None:
     """Whatever is left of the run, so a failed scenario leaves nothing running."""
+    import psutil
+
     if child.poll() is None:
         child.kill()
     for worker in workers:
