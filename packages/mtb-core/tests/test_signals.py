@@ -18,6 +18,7 @@ import pytest
 from conftest import PLUGIN_DIR, TINY, read_json
 
 from mtb import hookimpl
+from mtb.fault.launcher_kill import still_running
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -90,7 +91,7 @@ def test_workers_die_with_a_sigkilled_launcher(start):
     assert len(run.seen) >= 2, [p.cmdline() for p in run.seen]
     run.process.send_signal(signal.SIGKILL)
     run.wait()
-    _, alive = psutil.wait_procs(run.seen, timeout=5)
+    alive = still_running(run.seen, 5)
     assert alive == [], [p.cmdline() for p in alive]
     published = run.published()
     time.sleep(3)
@@ -117,7 +118,7 @@ def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
     assert run.stderr().strip().splitlines()[-1] == "Error: interrupted by SIGTERM"
     doc = read_json(run.out)
     assert (doc["status"], doc["error"]) == ("failed", "interrupted by SIGTERM")
-    assert psutil.wait_procs(run.seen, timeout=10)[1] == []
+    assert still_running(run.seen, 10) == []
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "single"], TWO_RANKS], ids=["single", "ddp"])

@@ -21,8 +21,6 @@ QUIET_S = 3.0  # how long nothing may change in the checkpoint folder afterwards
 
 def launcher_kill(smoke: Smoke, outcome: Outcome) -> None:
     """SIGKILL the launcher once a checkpoint is published; no worker may survive it."""
-    import psutil  # not at import: the fault command group loads with `mtb --help`
-
     folder = smoke.folder(outcome.name)
     args = [*smoke.run_flags(WORLD_SIZE, STEPS, 2), "--checkpoint-dir", "ckpt"]
     args += ["--output", "killed.json"]
@@ -39,7 +37,7 @@ def launcher_kill(smoke: Smoke, outcome: Outcome) -> None:
         child.send_signal(signal.SIGKILL)
         child.wait()
         killed = time.perf_counter()
-        _, survivors = psutil.wait_procs(workers, timeout=GRACE_S)
+        survivors = still_running(workers, GRACE_S)
         outcome.check(
             f"every worker was gone within {GRACE_S:g} s of the launcher",
             workers and not survivors,
@@ -55,7 +53,7 @@ def launcher_kill(smoke: Smoke, outcome: Outcome) -> None:
 
 def _workers_once_saved(child, latest, timeout_s: float) -> list:
     """The launcher's descendants once ``latest`` exists (none if it never does)."""
-    import psutil
+    import psutil  # not at import: the fault command group loads with `mtb --help`
 
     give_up = time.monotonic() + timeout_s
     while not latest.exists():
@@ -63,6 +61,24 @@ def _workers_once_saved(child, latest, timeout_s: float) -> list:
             return []
         time.sleep(0.2)
     return psutil.Process(child.pid).children(recursive=True)
+
+
+def still_running(processes: list, grace_s: float) -> list:
+    """Those of ``processes`` still running after up to ``grace_s`` seconds.
+
+    A zombie runs nothing: when PID 1 reaps it is not the run's business.
+    """
+    import psutil
+
+    def running(process) -> bool:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            return process.status() != psutil.STATUS_ZOMBIE
+        return False
+
+    give_up = time.monotonic() + grace_s
+    while (alive := [p for p in processes if running(p)]) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return alive
 
 
 def _nothing_published_after(outcome: Outcome, folder) -> None:
