@@ -69,9 +69,12 @@ def record(message: str, **extra) -> None:
 
 
 def take_signals(parent: int) -> None:
-    """Receive the heeded signals in one thread of their own (call before any other)."""
+    """Receive the heeded signals in one thread of their own (call before any other).
+
+    Where there is no sigwaitinfo (macOS) they keep their default actions.
+    """
     taken = heeded()
-    if not taken:
+    if not taken or not hasattr(signal, "sigwaitinfo"):
         return
     for signum in taken:
         signal.signal(signum, signal.SIG_DFL)
