@@ -115,7 +115,9 @@ def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
     run.training()
     run.process.send_signal(signal.SIGTERM)
     assert run.wait() == 128 + signal.SIGTERM
-    assert run.stderr().strip().splitlines()[-1] == "Error: interrupted by SIGTERM"
+    lines = run.stderr().strip().splitlines()
+    assert lines[-1] == "Error: interrupted by SIGTERM"
+    assert not [line for line in lines if line.startswith("mtb: rank")]  # stopped, not failed
     doc = read_json(run.out)
     assert (doc["status"], doc["error"]) == ("failed", "interrupted by SIGTERM")
     assert still_running(run.seen, 10) == []
@@ -129,6 +131,7 @@ def test_ctrl_c_prints_one_line_and_leaves_a_failure_document(start, strategy):
     assert run.wait() == 130
     stderr = run.stderr()
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert not [line for line in stderr.splitlines() if line.startswith("mtb: rank")], stderr
     assert stderr.strip().splitlines()[-1] == "Error: interrupted by SIGINT"
     doc = read_json(run.out)
     assert (doc["status"], doc["error"]) == ("failed", "interrupted by SIGINT")
