@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pytest
-from conftest import PLUGIN_DIR, TINY, read_json
+from conftest import TINY, child_env, mtb_subprocess, read_json
 
 from mtb import hookimpl
 from mtb.fault.launcher_kill import still_running
@@ -33,14 +33,15 @@ class Run:
     def __init__(self, tmp_path, *args):
         self.out, self.checkpoints = tmp_path / "result.json", tmp_path / "ck"
         self.stderr_path = tmp_path / "stderr.txt"
-        env = {**os.environ, **PLUGIN, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(PLUGIN_DIR), os.environ.get("PYTHONPATH")])
-        )}  # fmt: skip
         command = [sys.executable, "-m", "mtb", "run", *LONG, "--timeout", "240", *args]
         command += ["--checkpoint-dir", str(self.checkpoints), "--output", str(self.out)]
         with open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+                command,
+                env=child_env(PLUGIN),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
             )
         self.tree = psutil.Process(self.process.pid)
         self.seen: list[psutil.Process] = []
@@ -143,10 +144,7 @@ def test_a_failed_save_ends_alike_for_every_strategy(tmp_path, strategy):
     (tmp_path / "ck" / "step_00000002").mkdir(parents=True)
     out = tmp_path / "result.json"
     args = [*TINY, "--save-every", "2", "--checkpoint-dir", tmp_path / "ck", "--output", out]
-    env = {**os.environ, **PLUGIN}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGIN_DIR), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "mtb", "run", *strategy, *map(str, args)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    done = mtb_subprocess(["run", *strategy, *args], env=PLUGIN)
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "already exists and is never overwritten" in last
