@@ -173,3 +173,47 @@ def test_an_observer_that_raises_after_training_keeps_the_result(pm, invoke, tmp
     assert "Traceback" not in result.output
     assert read_json(out)["status"] == "ok"
     assert json.loads(out.read_text())["trials"]
+
+
+def sleeper(tmp_path, launcher_pid: int) -> subprocess.Popen:
+    """``python -m mtb.lifeline mtb_test_sleeper`` as rank 1 of a launcher ``launcher_pid``."""
+    env = {
+        "MTB_LAUNCHER_PID": str(launcher_pid),
+        "RANK": "1",
+        "TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json"),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "mtb.lifeline", "mtb_test_sleeper"],
+        env=child_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_launcher_is_already_gone_kills_itself(tmp_path):
+    child = sleeper(tmp_path, launcher_pid=1)  # never its parent: as if it had died already
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL and "ready" not in out
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_from_the_launcher_is_quiet_and_one_from_elsewhere_recorded(tmp_path):
+    quiet = sleeper(tmp_path, launcher_pid=os.getpid())
+    assert quiet.stdout.readline() == "ready\n"
+    quiet.send_signal(signal.SIGTERM)
+    _, err = quiet.communicate(timeout=30)
+    assert quiet.returncode == -signal.SIGTERM and "mtb:" not in err
+    assert not (tmp_path / "error.json").exists()
+
+    other = sleeper(tmp_path, launcher_pid=os.getpid())
+    assert other.stdout.readline() == "ready\n"
+    killer = subprocess.Popen(["kill", "-INT", str(other.pid)])
+    killer.wait(timeout=30)
+    _, err = other.communicate(timeout=30)
+    message = f"stopped by SIGINT from pid {killer.pid}"
+    assert other.returncode == -signal.SIGINT
+    assert err.strip() == f"mtb: rank 1: {message}" and "Traceback" not in err
+    recorded = read_json(tmp_path / "error.json")
+    assert (recorded["message"], recorded["signal"]) == (message, "SIGINT")
