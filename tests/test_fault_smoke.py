@@ -49,6 +49,7 @@ def test_the_document_and_the_exit_code(smoke):
         "config-mismatch",
         "rank-crash",
         "auto-recovery",
+        "launcher-kill",
         "corrupt",
         "retention",
         "stale-steps",
@@ -122,6 +123,16 @@ def test_auto_recovery_restarts_and_matches_the_reference(smoke):
     assert _detail(scenario, "the restarted workers")["step"] == 2
     digests = _detail(scenario, "recovered run")["digests"]
     assert digests == smoke[1]["reference"]["state_digests"]
+
+
+def test_launcher_kill_leaves_no_worker_and_publishes_nothing_after(smoke):
+    scenario = _passed(smoke[2], "launcher-kill")
+    (run,) = scenario["launches"]
+    assert run["exit_code"] == -9 and "--steps 100000" in run["command"]
+    assert len(_detail(scenario, "the run trained with 2 workers")) == 2
+    assert _detail(scenario, "every worker was gone")["survivors"] == []
+    ckpt = scenario["evidence"]["ckpt"]
+    assert "latest" in ckpt["after_kill"] and ckpt["later"] == ckpt["after_kill"]
 
 
 def test_corrupt_checkpoints_fail_on_every_rank_and_latest_skips_them(smoke):

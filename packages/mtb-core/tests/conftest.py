@@ -32,15 +32,18 @@ def invoke(pm):
     return run
 
 
+def child_env(env=None) -> dict:
+    """This environment plus ``env``, with the test plugins importable."""
+    child = {**os.environ, **(env or {})}
+    child["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGIN_DIR), child.get("PYTHONPATH")]))
+    return child
+
+
 def mtb_subprocess(args, env=None, timeout=240):
     """``python -m mtb ARGS`` in a child with the test plugins importable."""
-    child_env = {**os.environ, **(env or {})}
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(PLUGIN_DIR), child_env.get("PYTHONPATH")])
-    )
     return subprocess.run(
         [sys.executable, "-m", "mtb", *map(str, args)],
-        env=child_env,
+        env=child_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -57,8 +57,11 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
 def test_a_killed_rank_is_blamed_before_peers_that_failed_or_were_stopped():
     from mtb.launcher import _root_failure
 
-    def failure(exitcode, timestamp, message="RuntimeError: Connection closed by peer"):
-        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, message=message)
+    def failure(exitcode, timestamp, message="RuntimeError: Connection closed by peer", data=None):
+        data = data or {}
+        return SimpleNamespace(
+            exitcode=exitcode, timestamp=timestamp, message=message, error_file_data=data
+        )
 
     echo_first = {0: failure(1, 100), 1: failure(-9, 101)}
     assert _root_failure(echo_first) == 1
@@ -68,6 +71,8 @@ def test_a_killed_rank_is_blamed_before_peers_that_failed_or_were_stopped():
     assert _root_failure({0: failure(1, 100), 1: failure(1, 100, oom)}) == 1
     stopped_by_the_agent = {0: failure(-15, 100), 1: failure(1, 100)}
     assert _root_failure(stopped_by_the_agent) == 1
+    signalled = failure(-15, 101, "stopped by SIGTERM from pid 7", {"signal": "SIGTERM"})
+    assert _root_failure({0: failure(1, 100), 1: signalled}) == 1
 
 
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):

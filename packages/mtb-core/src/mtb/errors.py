@@ -1,7 +1,10 @@
 """Exceptions that the CLI turns into one-line messages and exit codes.
 
-Exit codes: 0 ok, 1 run failed, 2 usage or configuration error.
+Exit codes: 0 ok, 1 run failed, 2 usage or configuration error, 128 + N stopped
+by signal N (130 Ctrl-C, 143 SIGTERM), as a shell reports a process a signal killed.
 """
+
+import signal
 
 
 def one_line(error: BaseException) -> str:
@@ -42,3 +45,12 @@ class RunFailed(MtbError):
 
 class NonFiniteError(RunFailed):
     """A loss or gradient was NaN or infinite; every rank stops with the same message."""
+
+
+class Interrupted(RunFailed):
+    """The run was stopped by a signal to the launcher (Ctrl-C, SIGTERM): exit 128 + N."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.exit_code = 128 + signum

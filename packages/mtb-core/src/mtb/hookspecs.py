@@ -112,6 +112,6 @@ def mtb_checkpoint_saved(context: "RunContext", checkpoint: "SaveRecord") -> Non
 def mtb_run_end(context: "RunContext", result: dict[str, Any]) -> None:
     """A run finished; ``result`` is the result document (a dict).
 
-    Called on rank 0 only, after the result has been assembled and before it
-    is written.
+    Called on rank 0 only, after the result has been written: an
+    implementation that raises cannot lose it (the run then exits 1 saying so).
     """

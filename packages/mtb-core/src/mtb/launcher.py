@@ -19,10 +19,10 @@ from pathlib import Path
 
 import attrs
 
-from mtb import components, gpu_guard, memory, output_paths, provenance
+from mtb import components, gpu_guard, lifeline, memory, output_paths, provenance
 from mtb import config as config_mod
 from mtb.checkpoint import lock as checkpoint_lock
-from mtb.errors import RunFailed, UsageError, one_line
+from mtb.errors import Interrupted, RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
 
@@ -92,6 +92,28 @@ def deadline(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def interruptible():
+    """Raise Interrupted in the main thread on SIGTERM, Ctrl-C or SIGHUP (unless ignored,
+    as under nohup).
+
+    torch's agent takes these signals over while workers run (it stops them
+    with the same signal); :func:`_elastic` turns its exception into ours.
+    """
+
+    def stop(signum, frame):
+        raise Interrupted(signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in lifeline.heeded()}
+    for signum in previous:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def wait_for_endpoint(endpoint: str, timeout_s: float) -> None:
     """Return once something listens at ``endpoint``; RunFailed naming it after ``timeout_s``.
 
@@ -155,19 +177,25 @@ def _out_of_memory(failure) -> bool:
     return any(marker in (failure.message or "").lower() for marker in OOM_MARKERS)
 
 
+def _stopped_by_agent(failure) -> bool:
+    """Died by a signal the agent stops survivors with, and did not record it as another's."""
+    forwarded = failure.exitcode in [-s for s in lifeline.FORWARDED]
+    return forwarded and "signal" not in failure.error_file_data
+
+
 def _root_failure(failures: dict) -> int:
     """The rank to blame: one killed by a signal, else one out of memory, else the earliest.
 
     Timestamps are whole seconds, so when one rank is killed or runs out of
     memory its peers' connection errors often tie with it; neither a signal
-    nor an allocation failure is ever a peer's echo. SIGTERM is: the agent
-    stops the surviving ranks with it and lists them among the failures, so
-    those come last.
+    nor an allocation failure is ever a peer's echo. The agent's own SIGTERM
+    to the surviving ranks is: those come last (a worker records a signal
+    that anyone else sent, see mtb.lifeline).
     """
 
     def rank_order(r):
         code = failures[r].exitcode
-        stopped = code == -signal.SIGTERM
+        stopped = _stopped_by_agent(failures[r])
         return (stopped, code >= 0, not _out_of_memory(failures[r]), failures[r].timestamp, r)
 
     return min(failures, key=rank_order)
@@ -186,8 +214,10 @@ def _elastic(launch, entrypoint, *args) -> dict:
     """Start ``entrypoint(*args)`` on every rank under the deadline; rank -> return value.
 
     As torchrun does, workers get OMP_NUM_THREADS = cores / processes unless
-    the user set it; a failed worker becomes one RunFailed line naming its rank.
+    the user set it; a failed worker becomes one RunFailed line naming its rank, a
+    signal to this process Interrupted. Workers die with this process (mtb.lifeline).
     """
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
@@ -197,30 +227,41 @@ def _elastic(launch, entrypoint, *args) -> dict:
     # the shared rendezvous store keeps a failed attempt's keys (no per-attempt prefix), so
     # restarted gloo workers could read dead peers' addresses: a fresh store per attempt
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    os.environ[lifeline.LAUNCHER_VARIABLE] = str(os.getpid())
     if launch.nnodes > 1 and launch.node_rank > 0:
         wait_for_endpoint(launch.rdzv_endpoint, launch.timeout_s)
     with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
         launch_config = _elastic_config(launch, str(Path(tmp) / "logs"))
         _quiet_elastic_logs()
         try:
-            with deadline(launch.timeout_s):
+            with deadline(launch.timeout_s), interruptible():
                 return elastic_launch(launch_config, entrypoint)(*args)
         except ChildFailedError as error:
             raise RunFailed(_failure_message(error)) from None
+        except SignalException as error:
+            raise Interrupted(error.sigval) from None
 
 
 def spawn(config, module: str = "mtb.worker", *args: str) -> None:
-    """Run ``python -m MODULE CONFIG.json ARGS`` workers through torch's elastic launch API."""
+    """Run ``python -m MODULE CONFIG.json ARGS`` workers through torch's elastic launch API.
+
+    Each starts through mtb.lifeline, which ties it to this process first.
+    """
     with tempfile.TemporaryDirectory(prefix="mtb-config-") as tmp:
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config_mod.to_dict(config)))
-        _elastic(config.launch, sys.executable, "-m", module, str(config_path), *args)
+        command = ("-m", "mtb.lifeline", module, str(config_path), *args)
+        _elastic(config.launch, sys.executable, *command)
 
 
 def _call_recording_errors(function, *args):
-    """A launched worker: ``function(*args)``, or one line for the agent and exit 1."""
+    """A launched worker: ``function(*args)``, or one line for the agent and exit 1.
+
+    It dies with the launcher; its signals are not taken (torch is imported by now).
+    """
     from mtb.worker import record_error
 
+    lifeline.die_with(lifeline.launcher_pid())
     try:
         return function(*args)
     except Exception as error:
@@ -300,28 +341,39 @@ def _run(config, pm) -> dict | None:
 
 
 def launch(config, pm) -> dict | None:
-    """Run ``config``; a failure leaves a failure document and raises RunFailed."""
+    """Run ``config``; a failure leaves a failure document and raises RunFailed.
+
+    Once the run has started, every failure is one (exit 1), whatever the
+    strategy, and a signal that stops it is Interrupted (exit 128 + N).
+    """
     from mtb.distributed import launched_by_torchrun
 
     memory.apply(config.launch)  # inherited by every worker started below
     config = prepare(config, pm)
-    if not launched_by_torchrun():
+    torchrun = launched_by_torchrun()
+    if not torchrun:
         preflight(config, pm)
     announce(config)
     try:
-        with checkpoint_lock.for_run(config):  # one writer per checkpoint directory
+        # one writer per checkpoint directory; signals end the run with a failure document
+        with (
+            checkpoint_lock.for_run(config),
+            contextlib.nullcontext() if torchrun else interruptible(),
+        ):
             return _run(config, pm)
     except LaunchTimeout as error:
         record_failure(config, pm, "timeout", str(error))
         raise RunFailed(str(error)) from None
     except checkpoint_lock.DirectoryBusy as error:
-        if launched_by_torchrun():  # the workers had started: leave a trace of the run
+        if torchrun:  # the workers had started: leave a trace of the run
             record_failure(config, pm, "failed", str(error))
         raise
-    except UsageError:
+    except Interrupted as error:
+        record_failure(config, pm, "failed", str(error))
         raise
     except Exception as error:
-        if os.environ.get("MTB_DEBUG"):
+        # under torchrun nothing was checked before: its usage errors surface here
+        if os.environ.get("MTB_DEBUG") or (torchrun and isinstance(error, UsageError)):
             raise
         message = one_line(error)
         record_failure(config, pm, failure_status(message), message)

@@ -107,6 +107,11 @@ class Registry:
         return entry.item
 
 
+def call_with(impl, **available):
+    """One hook implementation called with the arguments it names, out of ``available``."""
+    return impl.function(*(available[arg] for arg in impl.argnames))
+
+
 def call_each(pm, hook: str, arguments: Callable[[str], dict], undo: Callable[[str], None]):
     """Call each plugin's implementation of ``hook`` on its own.
 
@@ -115,9 +120,8 @@ def call_each(pm, hook: str, arguments: Callable[[str], dict], undo: Callable[[s
     never stops the others; core's own PluginError (a clash) still stops.
     """
     for impl in getattr(pm.hook, hook).get_hookimpls():
-        available = arguments(impl.plugin_name)
         try:
-            impl.function(*(available[arg] for arg in impl.argnames))
+            call_with(impl, **arguments(impl.plugin_name))
         except PluginError:
             raise
         except Exception as error:

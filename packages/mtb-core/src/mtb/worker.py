@@ -1,7 +1,7 @@
 """One worker process of ``mtb run``: train, gather, and (rank 0) write the result.
 
-Launched workers are started as ``python -m mtb.worker CONFIG.json``; under a
-hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
+Launched workers are started as ``python -m mtb.lifeline mtb.worker CONFIG.json``;
+under a hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
 """
 
 import contextlib
@@ -10,15 +10,15 @@ import json
 import os
 import socket
 import sys
-import time
 
-from mtb import calibration, components, distributed, memory, provenance
+from mtb import calibration, components, distributed, lifeline, memory, provenance
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
-from mtb.errors import one_line
+from mtb.errors import RunFailed, one_line
 from mtb.metrics import gpu_peak_flops
 from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
 from mtb.profiling import run as profiling
+from mtb.registry import call_with
 from mtb.reporting import write_atomic, write_new
 from mtb.results import (
     SCHEMA_VERSION,
@@ -221,17 +221,35 @@ def write_result(pm, document: dict, path: str, overwrite: bool = True) -> str:
     return written
 
 
-def report(context, pm, document: dict) -> None:
-    """Rank 0: observers, the atomic JSON write, then the summary table."""
+def report(context, pm, document: dict) -> list[str]:
+    """Rank 0: the atomic JSON write, the summary table, then the observers.
+
+    The result is safe before any plugin sees it: an observer that raises is
+    one line on stderr, and returned.
+    """
     from mtb.console import stdout, summary_table
 
-    pm.hook.mtb_run_end(context=context, result=document)
     written = write_result(pm, document, context.config.output, context.config.overwrite)
     stdout.print(summary_table(document))
     if document["profile"] is not None:
         profiling.write_summaries(document["profile"])
         print(f"profile written to {document['profile']['directory']}", flush=True)
     print(f"result written to {written}", flush=True)
+    failures = notify_run_end(context, pm, document)
+    for failure in failures:
+        print(f"mtb: mtb_run_end of {failure}", file=sys.stderr, flush=True)
+    return failures
+
+
+def notify_run_end(context, pm, document: dict) -> list[str]:
+    """Each ``mtb_run_end`` implementation, in pluggy's order; a line per one that raised."""
+    failures = []
+    for impl in reversed(pm.hook.mtb_run_end.get_hookimpls()):
+        try:
+            call_with(impl, context=context, result=document)
+        except Exception as error:
+            failures.append(f"plugin {impl.plugin_name} failed: {one_line(error)}")
+    return failures
 
 
 def run(config, pm) -> dict | None:
@@ -249,21 +267,22 @@ def run(config, pm) -> dict | None:
     profiles = distributed.gather(context, profile) if profile is not None else None
     peaks = distributed.gather(context, (socket.gethostname(), peak))
     nodes = node_provenance(context)
-    document = None
+    document, failures = None, []
     if context.is_main:
         document = assemble(context, pm, records_by_rank, peaks, nodes, started, profiles)
-        report(context, pm, document)
+        failures = report(context, pm, document)
     distributed.teardown(context)
+    if failures:
+        raise RunFailed(
+            f"result written to {config.output} and kept; {len(failures)} mtb_run_end "
+            f"plugin(s) failed after it, first: {failures[0]}"
+        )
     return document
 
 
 def record_error(error: BaseException) -> None:
     """One line on stderr and in torchelastic's error file, for the launcher to report."""
-    message = one_line(error)
-    print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr)
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if error_file:  # whole or not at all: an out-of-memory rank may fail while writing
-        write_atomic(error_file, json.dumps({"message": message, "timestamp": int(time.time())}))
+    lifeline.record(one_line(error))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,8 @@ def make_cli(pm) -> click.Group:
     def cli(ctx):
         """MiniTrainBench: benchmark distributed training of GPT-like models.
 
-        Exit codes: 0 ok, 1 run failed, 2 usage or configuration error.
+        Exit codes: 0 ok, 1 run failed, 2 usage or configuration error, 128+N stopped
+        by signal N (130 Ctrl-C, 143 SIGTERM).
         """
         ctx.obj = pm
 

@@ -66,8 +66,8 @@ def smoke_command(pm, scenarios, strategy, workdir, output, timeout_s):
     """Run each fault scenario as real 2-rank runs and record pass or fail with evidence.
 
     Scenarios: nan, kill-during-save, config-mismatch, rank-crash,
-    auto-recovery, corrupt, retention, stale-steps, two-writers, disk-full
-    (see docs/faults.md). Writes one JSON
+    auto-recovery, launcher-kill, corrupt, retention, stale-steps, two-writers,
+    disk-full (see docs/faults.md). Writes one JSON
     document (kind "fault") and prints a table; exits 1 when any scenario fails.
     """
     from mtb.console import stdout

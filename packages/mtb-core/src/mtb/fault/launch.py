@@ -99,7 +99,7 @@ def _file_limit(size: int | None):
 
 
 def start(args: list[str], cwd, file_limit: int | None = None) -> subprocess.Popen:
-    """Start ``python -m mtb ARGS`` in ``cwd`` in its own process group."""
+    """``python -m mtb ARGS`` in ``cwd``, in a session of its own, output piped."""
     return subprocess.Popen(
         [sys.executable, "-m", "mtb", *args],
         cwd=cwd,

@@ -1,6 +1,6 @@
 """The scenarios of ``mtb fault smoke``, by name, in the order they run."""
 
-from mtb.fault import crashes, damage, obstacles
+from mtb.fault import crashes, damage, launcher_kill, obstacles
 
 SCENARIOS = {
     "nan": crashes.nan,
@@ -8,6 +8,7 @@ SCENARIOS = {
     "config-mismatch": damage.config_mismatch,
     "rank-crash": crashes.rank_crash,
     "auto-recovery": crashes.auto_recovery,
+    "launcher-kill": launcher_kill.launcher_kill,
     "corrupt": damage.corrupt,
     "retention": damage.retention,
     "stale-steps": obstacles.stale_steps,
