@@ -12,6 +12,7 @@ from conftest import mtb_subprocess, read_json
 
 from mtb.checkpoint import layout, lock
 from mtb.checkpoint.metadata import check_intact
+from mtb.fault.obstacles import paused
 
 pytestmark = pytest.mark.timeout(600)
 DDP = [
@@ -84,8 +85,9 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     )
     try:
         wait_for_holder(ck / lock.LOCK, holder.pid)
-        second = mtb_subprocess([*args, "--output", tmp_path / "b.json"], timeout=120)
-        cleaning = mtb_subprocess(["checkpoint", "clean", ck], timeout=120)
+        with paused(holder.pid):  # the holder cannot finish first on a fast machine
+            second = mtb_subprocess([*args, "--output", tmp_path / "b.json"], timeout=120)
+            cleaning = mtb_subprocess(["checkpoint", "clean", ck], timeout=120)
         _, holder_err = holder.communicate(timeout=300)
     finally:
         holder.kill()

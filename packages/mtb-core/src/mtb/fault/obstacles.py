@@ -1,5 +1,8 @@
 """Scenarios where something stands in a run's way: stale-steps, two-writers and disk-full."""
 
+import contextlib
+import os
+import signal
 import subprocess
 import time
 
@@ -64,6 +67,20 @@ def _wait_for_holder(lock_file, pid: int, timeout_s: float) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def paused(pid: int):
+    """The launcher ``pid`` stopped (SIGSTOP) for the block, then continued.
+
+    Its lock stays held and its workers wait on it, however fast or slow this
+    machine is.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def two_writers(smoke: Smoke, outcome: Outcome) -> None:
     """A second run started on a checkpoint directory while a first one writes into it."""
     folder = smoke.folder(outcome.name)
@@ -73,9 +90,12 @@ def two_writers(smoke: Smoke, outcome: Outcome) -> None:
     child = launch.start(first_args, folder)
     try:
         holding = _wait_for_holder(folder / "ckpt" / lock.LOCK, child.pid, smoke.timeout_s)
-        second = (
-            smoke.mtb(outcome, "second", [*args, "--output", "second.json"]) if holding else None
-        )
+        with paused(child.pid):  # the first run cannot finish before the second one starts
+            second = (
+                smoke.mtb(outcome, "second", [*args, "--output", "second.json"])
+                if holding
+                else None
+            )
     finally:
         first = launch.finish("first", first_args, child, started, smoke.timeout_s + 30)
         outcome.launches.insert(0, first.evidence())
