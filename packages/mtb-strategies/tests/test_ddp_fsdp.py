@@ -81,3 +81,11 @@ def test_activation_checkpointing_trains_identically(runs, reference, strategy):
     result, state = accumulated(runs, strategy, "auto", "--activation-checkpointing")
     assert result["config"]["training"]["activation_checkpointing"] is True
     assert_same_training(result, state, reference)
+
+
+@pytest.mark.timeout(600)
+def test_ddp_ranks_draw_different_dropout_masks(tmp_path):
+    done, result, _ = launch("ddp", tmp_path, "--dropout", "0.1", "--record-digests")
+    assert done.returncode == 0, done.stderr
+    rng = result["state_digests"]["rng"]
+    assert len(rng) == 2 and rng[0] != rng[1]

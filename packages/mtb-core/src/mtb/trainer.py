@@ -7,12 +7,10 @@ per-step agreement on non-finite values (one small all_reduce).
 """
 
 import math
-import random
 import resource
 import time
 
 import attrs
-import numpy as np
 import torch
 
 from mtb.checkpoint.session import CheckpointSession
@@ -25,6 +23,7 @@ from mtb.metrics import StepMetrics
 from mtb.model import GPT
 from mtb.profiling.ranges import ranges
 from mtb.schedule import lr_at
+from mtb.seeding import seed_model_init, seed_training
 
 
 @attrs.define
@@ -42,16 +41,9 @@ class TrialRecord:
     digests: dict | None = None
 
 
-def seed_everything(seed: int) -> None:
-    """Seed every generator a run may draw from, so a run's RNG states are reproducible."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def build_model(context) -> torch.nn.Module:
     """The GPT of the config, initialised from the seed alone, on the run's device."""
-    seed_everything(context.config.data.seed)
+    seed_model_init(context)
     model = GPT(context.config.model)
     model.set_activation_checkpointing(context.config.training.activation_checkpointing)
     return model.to(context.device)
@@ -103,6 +95,7 @@ class Trainer:
             model, lambda params: make_optimizer(params, self.training), self.context
         )
         self.context.engine = engine
+        seed_training(self.context)  # before a resume restores the saved RNG states
         session = CheckpointSession(self.context, self.strategy, self.pm, engine)
         data = self.data()
         clock = PhaseClock(self.context.device)
