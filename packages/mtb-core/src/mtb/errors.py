@@ -3,6 +3,13 @@
 Exit codes: 0 ok, 1 run failed, 2 usage or configuration error.
 """
 
+import sys
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr: the run goes on."""
+    print(f"mtb: warning: {message}", file=sys.stderr)
+
 
 def one_line(error: BaseException) -> str:
     """The first line of an error's message; the type is kept for unexpected errors."""

@@ -6,14 +6,13 @@ registered exactly like third-party ones, so both share one code path.
 
 import importlib
 import os
-import sys
 from importlib.metadata import entry_points
 
 import attrs
 import pluggy
 
 from mtb import hookspecs
-from mtb.errors import PluginError
+from mtb.errors import PluginError, warn
 from mtb.registry import Registry, collect
 
 ENTRY_POINT_GROUP = "mtb"
@@ -59,7 +58,7 @@ def _warn_skipped(name: str, error: BaseException) -> None:
     message = f"plugin {name!r} failed to load, skipped: {type(error).__name__}: {detail}"
     if _strict():
         raise PluginError(message.replace(", skipped", ""))
-    print(f"mtb: warning: {message}", file=sys.stderr)
+    warn(message)
 
 
 def _register_builtins(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
