@@ -166,13 +166,13 @@ class Trainer:
         lr = lr_at(step, self.training, self.training.steps)
         engine.set_lr(lr)
         max_norm = self.training.max_grad_norm
-        raw_norm = engine.grad_norm() if max_norm is not None else None
+        raw_norm = engine.grad_norm()  # every step, clipping or not: one fused norm
         norm = norm_value(raw_norm)
         loss_value = loss_sum.item() / accum
         self.check_finite(step, loss_value, norm)
         info = engine.optimizer_step(max_norm, raw_norm)
         if norm is not None:
-            info.grad_norm, info.clipped = norm, norm > max_norm
+            info.grad_norm, info.clipped = norm, max_norm is not None and norm > max_norm
         return info, lr, loss_value
 
     def maybe_poison(self, loss: torch.Tensor, step: int, micro: int) -> torch.Tensor:
@@ -190,20 +190,19 @@ class Trainer:
         """Agree across ranks (one collective) whether anyone saw a non-finite value.
 
         Raises the same error on every rank before any optimizer or scheduler
-        step, so parameters stay as they were after the last good step.
+        step, so parameters stay as they were after the last good step. A
+        non-finite loss is the cause named: the gradients it spreads to (on
+        every rank, once synchronised) are named only when every loss was finite.
         """
         bad_grad = grad_norm is not None and not math.isfinite(grad_norm)
         bad_loss, bad_grads = ranks_with(self.context, [not math.isfinite(loss), bad_grad])
-        if not (bad_loss or bad_grads):
-            return
-        parts = []
         if bad_loss:
-            parts.append(f"loss on rank(s) {', '.join(map(str, bad_loss))}")
-        if bad_grads:
-            parts.append(f"gradients on rank(s) {', '.join(map(str, bad_grads))}")
-        raise NonFiniteError(
-            f"non-finite {' and '.join(parts)} at step {step}; no optimizer step was taken"
-        )
+            what = f"loss on rank(s) {', '.join(map(str, bad_loss))}"
+        elif bad_grads:
+            what = f"gradients on rank(s) {', '.join(map(str, bad_grads))}"
+        else:
+            return
+        raise NonFiniteError(f"non-finite {what} at step {step}; no optimizer step was taken")
 
     def probe_state_bytes(self, engine, data, step: int) -> dict:
         """Model-state bytes with gradients and optimizer state populated.
