@@ -150,7 +150,8 @@ def bench(session: nox.Session) -> None:
     """Benchmarks with every package installed: bench.json, strategies, checkpoint, comm,
     profiling, memory pressure.
 
-    Arguments after ``--`` go to bench.py (harness overhead and start-up).
+    Arguments after ``--`` go to bench.py (harness overhead of single, and of ddp and
+    fsdp on 2 CPU ranks; start-up).
     """
     install_torch(session)
     packages = [f"{p}[deepspeed]" if p == PACKAGES["strategies"] else p for p in PACKAGES.values()]

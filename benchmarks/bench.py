@@ -1,7 +1,7 @@
 """mtb's own benchmarks: harness overhead and CLI start-up.
 
 Run as ``python benchmarks/bench.py --output results/bench.json`` (the nox
-session ``bench`` does exactly that). Two measurements:
+session ``bench`` does exactly that). Three measurements:
 
 (a) Harness overhead. The ``small`` preset trained by mtb's own path and by a
     bare PyTorch loop over the same model class (``mtb.model.GPT``), the same
@@ -13,6 +13,12 @@ session ``bench`` does exactly that). Two measurements:
 
 (b) Start-up. Wall time of ``mtb --help`` as a subprocess, median of N runs.
     Target: 0.4 s.
+
+(c) Harness overhead on 2 CPU ranks: ``mtb run --strategy ddp`` and ``fsdp``
+    against bare torchrun loops of the same model, data and optimizer, with
+    the model wrapped as the strategy wraps it (see harness_distributed.py).
+    Same alternating rounds and paired median-step ratios as (a).
+    Target: mtb tokens/s >= 0.98 x bare tokens/s, per strategy.
 
 Why mtb runs in-process (``mtb.launcher.launch(config, pm)``) and not as an
 ``mtb run`` subprocess: a one-rank launch runs the worker in the calling
@@ -56,11 +62,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import compare_rounds, rates, stats
+
 from mtb import hookimpl  # cheap: importing mtb does not import torch
 
 HARNESS_TARGET_RATIO = 0.98
 STARTUP_TARGET_S = 0.4
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: (c), "distributed"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -86,15 +94,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="torch intra-op threads for (a) (default: torch's own choice, all cores)",
     )
-    parser.add_argument("--skip-harness", action="store_true", help="only measure start-up")
-    parser.add_argument("--skip-startup", action="store_true", help="only measure overhead")
+    parser.add_argument(
+        "--strategies",
+        default="ddp,fsdp",
+        type=lambda text: [name for name in text.split(",") if name],
+        help="strategies for (c), comma-separated (empty: skip (c))",
+    )
+    parser.add_argument("--nproc", type=int, default=2, help="ranks for (c)")
+    parser.add_argument("--skip-harness", action="store_true", help="skip (a)")
+    parser.add_argument("--skip-startup", action="store_true", help="skip (b)")
     parser.add_argument(
         "--check", action="store_true", help="exit 1 when a measured target is missed"
     )
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
-    for name in ("steps", "rounds", "startup_runs"):
+    for name in ("steps", "rounds", "startup_runs", "nproc"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup_steps < 0:
@@ -123,25 +138,6 @@ def make_config(args, output: str):
             "launch": {"device": args.device},
         }
     )
-
-
-def rates(step_ends: list[float], warmup: int, tokens_per_step: int) -> dict:
-    """Throughput of the measured steps from the end timestamps of every step.
-
-    Interval k runs from the end of step k-1 to the end of step k, so the
-    intervals of the measured steps tile the whole measured window, work
-    between steps included. ``tokens_per_s`` is total tokens over total time
-    (mtb's own definition); ``tokens_per_s_median_step`` uses the median
-    interval, which a few steps slowed by other processes do not move.
-    """
-    if warmup < 1:
-        raise ValueError("the window needs at least one warmup step to start from")
-    intervals = [b - a for a, b in zip(step_ends[warmup - 1 :], step_ends[warmup:], strict=False)]
-    return {
-        "tokens_per_s": tokens_per_step * len(intervals) / sum(intervals),
-        "tokens_per_s_median_step": tokens_per_step / statistics.median(intervals),
-        "step_interval_ms": [i * 1000.0 for i in intervals],
-    }
 
 
 def run_bare(config) -> dict:
@@ -267,41 +263,14 @@ def measure_harness(args, console) -> dict:
 
 
 def summarize_harness(args, config: dict, bare_rounds: list, mtb_rounds: list) -> dict:
-    """Per-round pairs reduced to the verdict.
-
-    Each round pairs one bare run with the mtb run right after it; the verdict
-    is the median over rounds of mtb / bare, on the median-step rate (robust
-    to a few steps slowed by other processes). The total-time rate is kept
-    next to it.
-    """
+    """The rounds of (a) with the settings they ran under."""
     import torch
 
-    def side(rounds: list, extra: tuple = ()) -> dict:
-        keys = ("tokens_per_s", "tokens_per_s_median_step", *extra)
-        return {"rounds": rounds, **{key: _stats([r[key] for r in rounds]) for key in keys}}
-
-    def ratios(key: str) -> list[float]:
-        return [m[key] / b[key] for m, b in zip(mtb_rounds, bare_rounds, strict=True)]
-
-    median_step_ratios = ratios("tokens_per_s_median_step")
-    total_time_ratios = ratios("tokens_per_s")
-    ratio = statistics.median(median_step_ratios)
     return {
         "preset": args.preset,
         "config": config,
         "torch_threads": torch.get_num_threads(),
-        "bare": side(bare_rounds),
-        "mtb": side(mtb_rounds, ("reported_tokens_per_s",)),
-        "pair_ratios": median_step_ratios,
-        "pair_ratios_total_time": total_time_ratios,
-        "ratio": ratio,
-        "ratio_total_time": statistics.median(total_time_ratios),
-        "target_ratio": HARNESS_TARGET_RATIO,
-        "pass": ratio >= HARNESS_TARGET_RATIO,
-        "same_final_loss": all(
-            abs(m["final_loss"] - b["final_loss"]) <= 1e-4 * max(1.0, abs(b["final_loss"]))
-            for m, b in zip(mtb_rounds, bare_rounds, strict=True)
-        ),
+        **compare_rounds(bare_rounds, mtb_rounds, HARNESS_TARGET_RATIO),
     }
 
 
@@ -369,7 +338,7 @@ def measure_startup(args, console) -> dict:
         "command": command,
         "runs_s": times,
         "median_s": median,
-        "stats_s": _stats(times),
+        "stats_s": stats(times),
         "python_floor_runs_s": floor,
         "python_floor_median_s": statistics.median(floor),
         "torch_imported": torch_imported_by_help(),
@@ -382,17 +351,11 @@ def measure_startup(args, console) -> dict:
 # report
 
 
-def _stats(values: list[float]) -> dict:
-    from mtb.metrics import summarize
-
-    return summarize(values)
-
-
 def _verdict(ok: bool) -> str:
     return "[green]pass[/green]" if ok else "[red]FAIL[/red]"
 
 
-def render(console, harness: dict | None, startup: dict | None) -> None:
+def render(console, harness: dict | None, startup: dict | None, distributed: dict) -> None:
     from rich.table import Table
 
     if harness:
@@ -432,6 +395,11 @@ def render(console, harness: dict | None, startup: dict | None) -> None:
         if not harness["same_final_loss"]:
             console.print("[red]warning: mtb and the bare loop ended on different losses[/red]")
 
+    if distributed:
+        from harness_distributed import render as render_distributed
+
+        render_distributed(console, distributed)
+
     verdicts = Table(title="mtb benchmarks: targets")
     for column in ("measurement", "value", "target", "result"):
         verdicts.add_column(column, justify="left" if column == "measurement" else "right")
@@ -447,6 +415,13 @@ def render(console, harness: dict | None, startup: dict | None) -> None:
             f"{harness['ratio_total_time']:.3f}",
             "",
             "",
+        )
+    for name, part in distributed.items():
+        verdicts.add_row(
+            f"tokens/s mtb / bare, {name} on {part['nproc']} ranks",
+            f"{part['ratio']:.3f}",
+            f">= {part['target_ratio']:.2f}",
+            _verdict(part["pass"]),
         )
     if startup:
         verdicts.add_row(
@@ -483,13 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     startup = None if args.skip_startup else measure_startup(args, console)
     harness = None if args.skip_harness else measure_harness(args, console)
-    render(console, harness, startup)
+    distributed = {}
+    if args.strategies:
+        from harness_distributed import measure_distributed
+
+        distributed = measure_distributed(args, HARNESS_TARGET_RATIO, console)
+    render(console, harness, startup, distributed)
 
     plugins = [
         {"name": i.name, "distribution": i.distribution, "version": i.version}
         for i in build_plugin_manager(load_entry_points=False).plugin_infos()
     ]
-    checks = [m["pass"] for m in (harness, startup) if m is not None]
+    checks = [m["pass"] for m in (harness, startup, *distributed.values()) if m is not None]
     if startup is not None:
         checks.append(not startup["torch_imported"])
     document = {
@@ -504,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "harness": harness,
         "startup": startup,
+        "distributed": distributed,
         # other processes on the machine are the main source of noise
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "cpu_count": os.cpu_count(),

@@ -1,6 +1,8 @@
-"""What the benchmark scripts share: one ``mtb`` command in a subprocess, its result read back."""
+"""What the benchmark scripts share: one ``mtb`` command in a subprocess, its result read
+back; throughput from step timestamps; mtb-against-bare rounds reduced to a verdict."""
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -14,3 +16,62 @@ def run_mtb(bench: str, args: list[str], out: Path, timeout_s: float) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"{bench} bench: run failed: {done.stderr.strip()[-500:]}")
     return json.loads(out.read_text())
+
+
+def rates(step_ends: list[float], warmup: int, tokens_per_step: int) -> dict:
+    """Throughput of the measured steps from the end timestamps of every step.
+
+    Interval k runs from the end of step k-1 to the end of step k, so the
+    intervals of the measured steps tile the whole measured window, work
+    between steps included. ``tokens_per_s`` is total tokens over total time
+    (mtb's own definition); ``tokens_per_s_median_step`` uses the median
+    interval, which a few steps slowed by other processes do not move.
+    """
+    if warmup < 1:
+        raise ValueError("the window needs at least one warmup step to start from")
+    intervals = [b - a for a, b in zip(step_ends[warmup - 1 :], step_ends[warmup:], strict=False)]
+    return {
+        "tokens_per_s": tokens_per_step * len(intervals) / sum(intervals),
+        "tokens_per_s_median_step": tokens_per_step / statistics.median(intervals),
+        "step_interval_ms": [i * 1000.0 for i in intervals],
+    }
+
+
+def stats(values: list[float]) -> dict:
+    from mtb.metrics import summarize
+
+    return summarize(values)
+
+
+def compare_rounds(bare_rounds: list, mtb_rounds: list, target: float) -> dict:
+    """Per-round pairs (a bare run, then the mtb run right after it) reduced to the verdict.
+
+    The verdict is the median over rounds of mtb / bare on the median-step
+    rate (robust to a few steps slowed by other processes); the total-time
+    rate is kept next to it.
+    """
+
+    def side(rounds: list, extra: tuple = ()) -> dict:
+        keys = ("tokens_per_s", "tokens_per_s_median_step", *extra)
+        return {"rounds": rounds, **{key: stats([r[key] for r in rounds]) for key in keys}}
+
+    def ratios(key: str) -> list[float]:
+        return [m[key] / b[key] for m, b in zip(mtb_rounds, bare_rounds, strict=True)]
+
+    median_step_ratios = ratios("tokens_per_s_median_step")
+    total_time_ratios = ratios("tokens_per_s")
+    ratio = statistics.median(median_step_ratios)
+    return {
+        "bare": side(bare_rounds),
+        "mtb": side(mtb_rounds, ("reported_tokens_per_s",)),
+        "pair_ratios": median_step_ratios,
+        "pair_ratios_total_time": total_time_ratios,
+        "ratio": ratio,
+        "ratio_total_time": statistics.median(total_time_ratios),
+        "target_ratio": target,
+        "pass": ratio >= target,
+        "same_final_loss": all(
+            abs(m["final_loss"] - b["final_loss"]) <= 1e-4 * max(1.0, abs(b["final_loss"]))
+            for m, b in zip(mtb_rounds, bare_rounds, strict=True)
+        ),
+    }

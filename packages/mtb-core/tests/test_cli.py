@@ -25,8 +25,13 @@ def test_run_help_lists_every_config_field_with_default_and_unit(invoke):
         flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
         assert flag in text, flag
     assert "--steps INTEGER optimizer steps of the run, warmup included" in text
-    assert "--timeout FLOAT wall-clock limit of the launch [default: 1800.0; unit: s]" in text
-    assert "--d-model INTEGER hidden size [default: from preset; unit: features]" in text
+    assert (
+        "--timeout FLOAT wall-clock limit of the launch "
+        "[default: 1800.0; unit: s; allowed: 1 to 2592000.0]"
+    ) in text
+    assert (
+        "--d-model INTEGER hidden size [default: from preset; unit: features; allowed: 1 to 131072]"
+    ) in text
     assert "--precision [fp32|bf16|fp16]" in text
 
 

@@ -142,3 +142,34 @@ def invoke_strategies():
         return CliRunner().invoke(cli, ["run", "--preset", "tiny", *map(str, args)])
 
     return run
+
+
+def bare_grad_norms(steps: int = 5) -> list[float]:
+    """Global gradient norms of `reference`'s run, computed by a plain loop in this process.
+
+    One model from the seed, the whole global batch (4 sequences) each step,
+    AdamW at BASE's learning rate, and the norm of every gradient taken by
+    torch.linalg.vector_norm: no mtb engine, trainer or strategy involved.
+    """
+    from mtb import config
+    from mtb.data import SyntheticTokens
+    from mtb.model import GPT
+
+    cfg = config.resolve(flags={"preset": "tiny", "data": {"micro_batch_size": 4}})
+    torch.manual_seed(cfg.data.seed)
+    model = GPT(cfg.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    data = SyntheticTokens(cfg.model.vocab_size, cfg.model.seq_len, 4, cfg.data.seed)
+    norms = []
+    for step in range(steps):
+        batch = data.batch(step, 0)
+        model(batch.inputs, batch.targets).backward()
+        grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
+        norms.append(float(torch.linalg.vector_norm(torch.cat(grads))))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return norms
+
+
+def grad_norms(result) -> list[float]:
+    return [s["grad_norm"] for s in result["trials"][0]["steps"]]

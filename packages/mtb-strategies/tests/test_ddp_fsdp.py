@@ -1,7 +1,16 @@
 """ddp and fsdp on 2 gloo ranks against `single` on the same global batch."""
 
 import pytest
-from conftest import accumulated, assert_same_training, launch, losses, per_rank_bytes, syncs
+from conftest import (
+    accumulated,
+    assert_same_training,
+    bare_grad_norms,
+    grad_norms,
+    launch,
+    losses,
+    per_rank_bytes,
+    syncs,
+)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -81,3 +90,18 @@ def test_activation_checkpointing_trains_identically(runs, reference, strategy):
     result, state = accumulated(runs, strategy, "auto", "--activation-checkpointing")
     assert result["config"]["training"]["activation_checkpointing"] is True
     assert_same_training(result, state, reference)
+
+
+@pytest.mark.timeout(600)
+def test_ddp_ranks_draw_different_dropout_masks(tmp_path):
+    done, result, _ = launch("ddp", tmp_path, "--dropout", "0.1", "--record-digests")
+    assert done.returncode == 0, done.stderr
+    rng = result["state_digests"]["rng"]
+    assert len(rng) == 2 and rng[0] != rng[1]
+
+
+@pytest.mark.parametrize("strategy", ["single", *STRATEGIES])
+def test_grad_norm_is_the_full_model_norm_on_every_step_without_clipping(runs, reference, strategy):
+    result = reference[0] if strategy == "single" else accumulated(runs, strategy)[0]
+    assert result["config"]["training"]["max_grad_norm"] is None
+    assert grad_norms(result) == pytest.approx(bare_grad_norms(), rel=1e-4)

@@ -3,7 +3,16 @@
 import json
 
 import pytest
-from conftest import accumulated, assert_same_training, launch, losses, per_rank_bytes, syncs
+from conftest import (
+    accumulated,
+    assert_same_training,
+    bare_grad_norms,
+    grad_norms,
+    launch,
+    losses,
+    per_rank_bytes,
+    syncs,
+)
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.timeout(900)
@@ -109,3 +118,10 @@ def test_rejected_user_config_is_one_line(tmp_path):
         "strategy_options.deepspeed_config: DeepSpeed rejected the merged config:"
     )
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("strategy", STAGES)
+def test_grad_norm_is_the_full_model_norm_on_every_step_without_clipping(zero_run, strategy):
+    result, _ = zero_run(strategy)
+    assert result["config"]["training"]["max_grad_norm"] is None
+    assert grad_norms(result) == pytest.approx(bare_grad_norms(), rel=1e-4)

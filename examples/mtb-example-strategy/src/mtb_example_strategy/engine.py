@@ -63,6 +63,8 @@ class LocalSGDEngine(Engine):
     """The plain engine (no gradient sync), plus a parameter average every ``sync_every`` steps.
 
     On one process without a process group this is exactly plain training.
+    Gradients are never synchronised, so the gradient norm the trainer records
+    (the plain engine's, every step) is each rank's own, not a global one.
     """
 
     def __init__(self, model, optimizer, context, sync_every: int = 2):

@@ -7,6 +7,7 @@ apart. Precedence: defaults < preset < TOML file < command-line flags.
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import attrs
@@ -23,6 +24,14 @@ DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
 EVIDENCE = ("exploratory", "formal")
 
+# Upper bounds of counts: far beyond any benchmark run, low enough that a typo
+# (10**30 steps) is refused before launch instead of running without end.
+MAX_STEPS = 10_000_000
+MAX_RANKS_PER_NODE = 256
+MAX_NODES = 4096
+MAX_SEED = 2**63 - 1
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+
 
 def setting(
     default=attrs.NOTHING,
@@ -32,20 +41,26 @@ def setting(
     choices=(),
     minimum=None,
     below=None,
+    maximum=None,
     flag: str = "",
     shown_default: str = "",
     validator=None,
 ):
-    """An attrs field with the metadata the CLI and docs are generated from."""
-    validators = [v for v in (validator,) if v]
+    """An attrs field with the metadata the CLI and docs are generated from.
+
+    Every field refuses NaN and infinity; ``minimum``, ``below`` and
+    ``maximum`` bound numbers (a count must have a ``maximum``).
+    """
+    validators = [_finite, *(v for v in (validator,) if v)]
     if choices:
         validators.append(_one_of(choices))
-    if minimum is not None or below is not None:
-        validators.append(_in_range(minimum, below))
+    if (minimum, below, maximum) != (None, None, None):
+        validators.append(_in_range(minimum, below, maximum))
     metadata = {
         "help": help,
         "unit": unit,
         "choices": tuple(choices),
+        "range": (minimum, below, maximum),
         "flag": flag,
         "shown_default": shown_default,
     }
@@ -78,7 +93,13 @@ def _one_of(choices):
     return check
 
 
-def _in_range(minimum, below):
+def _finite(instance, attribute, value):
+    """NaN and infinity pass every comparison test (nan < 0 is False): refuse them first."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(_path(instance, attribute), f"must be a finite number, got {value}")
+
+
+def _in_range(minimum, below, maximum):
     def check(instance, attribute, value):
         if value is None:
             return
@@ -86,6 +107,8 @@ def _in_range(minimum, below):
             raise ConfigError(_path(instance, attribute), f"must be >= {minimum}, got {value}")
         if below is not None and value >= below:
             raise ConfigError(_path(instance, attribute), f"must be < {below}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(_path(instance, attribute), f"must be <= {maximum}, got {value}")
 
     return check
 
@@ -96,12 +119,14 @@ class ModelConfig:
 
     SECTION = "model"
 
-    vocab_size: int = setting(help="vocabulary size", unit="tokens", minimum=2)
-    d_model: int = setting(help="hidden size", unit="features", minimum=1)
-    n_heads: int = setting(help="attention heads per layer", minimum=1)
-    n_layers: int = setting(help="transformer blocks", minimum=1)
-    seq_len: int = setting(help="sequence length", unit="tokens", minimum=1)
-    mlp_ratio: int = setting(4, help="MLP hidden size as a multiple of d_model", minimum=1)
+    vocab_size: int = setting(help="vocabulary size", unit="tokens", minimum=2, maximum=2**24)
+    d_model: int = setting(help="hidden size", unit="features", minimum=1, maximum=2**17)
+    n_heads: int = setting(help="attention heads per layer", minimum=1, maximum=1024)
+    n_layers: int = setting(help="transformer blocks", minimum=1, maximum=1024)
+    seq_len: int = setting(help="sequence length", unit="tokens", minimum=1, maximum=2**20)
+    mlp_ratio: int = setting(
+        4, help="MLP hidden size as a multiple of d_model", minimum=1, maximum=64
+    )
     dropout: float = setting(0.0, help="dropout probability", minimum=0.0, below=1.0)
     tie_embeddings: bool = setting(True, help="share input embedding and output head")
 
@@ -119,9 +144,11 @@ class DataConfig:
 
     SECTION = "data"
 
-    seed: int = setting(1234, help="seed of model init and synthetic data", minimum=0)
+    seed: int = setting(
+        1234, help="seed of model init and synthetic data", minimum=0, maximum=MAX_SEED
+    )
     micro_batch_size: int = setting(
-        2, help="sequences per rank per micro-step", unit="sequences", minimum=1
+        2, help="sequences per rank per micro-step", unit="sequences", minimum=1, maximum=65536
     )
 
 
@@ -136,16 +163,24 @@ class TrainingConfig:
         help="optimizer steps of the run, warmup included (a resumed run continues to it)",
         unit="steps",
         minimum=1,
+        maximum=MAX_STEPS,
     )
     warmup_steps: int = setting(
         2,
         help="first steps of each trial (and of a resumed run) excluded from metrics",
         unit="steps",
         minimum=0,
+        maximum=MAX_STEPS,
     )
-    repeat: int = setting(1, help="independent trials (fresh model, optimizer, data)", minimum=1)
+    repeat: int = setting(
+        1, help="independent trials (fresh model, optimizer, data)", minimum=1, maximum=1000
+    )
     grad_accum_steps: int = setting(
-        1, help="micro-batches accumulated per optimizer step", unit="micro-batches", minimum=1
+        1,
+        help="micro-batches accumulated per optimizer step",
+        unit="micro-batches",
+        minimum=1,
+        maximum=65536,
     )
     lr: float = setting(3e-4, help="learning rate", minimum=0.0)
     weight_decay: float = setting(0.0, help="weight decay", minimum=0.0)
@@ -162,7 +197,11 @@ class TrainingConfig:
     )
     lr_schedule: str = setting("constant", help="learning-rate schedule", choices=LR_SCHEDULES)
     lr_warmup_steps: int = setting(
-        0, help="linear warmup steps of the cosine schedule", unit="steps", minimum=0
+        0,
+        help="linear warmup steps of the cosine schedule",
+        unit="steps",
+        minimum=0,
+        maximum=MAX_STEPS,
     )
     min_lr: float = setting(0.0, help="final learning rate of the cosine schedule", minimum=0.0)
     max_grad_norm: float | None = setting(
@@ -176,8 +215,14 @@ class TrainingConfig:
         help="make the loss non-finite at this step (fault tests)",
         shown_default="never",
         minimum=0,
+        maximum=MAX_STEPS,
     )
-    inject_nan_rank: int = setting(0, help="rank that sees the injected non-finite loss", minimum=0)
+    inject_nan_rank: int = setting(
+        0,
+        help="rank that sees the injected non-finite loss",
+        minimum=0,
+        maximum=MAX_RANKS_PER_NODE * MAX_NODES - 1,
+    )
 
     def __attrs_post_init__(self):
         if self.warmup_steps >= self.steps:
@@ -196,9 +241,11 @@ class LaunchConfig:
 
     SECTION = "launch"
 
-    nproc_per_node: int = setting(1, help="worker processes on this node", minimum=1)
-    nnodes: int = setting(1, help="nodes taking part", minimum=1)
-    node_rank: int = setting(0, help="rank of this node", minimum=0)
+    nproc_per_node: int = setting(
+        1, help="worker processes on this node", minimum=1, maximum=MAX_RANKS_PER_NODE
+    )
+    nnodes: int = setting(1, help="nodes taking part", minimum=1, maximum=MAX_NODES)
+    node_rank: int = setting(0, help="rank of this node", minimum=0, maximum=MAX_NODES - 1)
     rdzv_endpoint: str = setting(
         "", help="rendezvous HOST:PORT", shown_default="a free local port (one node)"
     )
@@ -208,9 +255,16 @@ class LaunchConfig:
         help="this node's address as its peers reach it (needed when nodes share a hostname)",
         shown_default="a lookup of the hostname",
     )
-    max_restarts: int = setting(0, help="worker group restarts after a failure", minimum=0)
+    max_restarts: int = setting(
+        0, help="worker group restarts after a failure", minimum=0, maximum=100
+    )
     timeout_s: float = setting(
-        1800.0, help="wall-clock limit of the launch", unit="s", minimum=1, flag="--timeout"
+        1800.0,
+        help="wall-clock limit of the launch",
+        unit="s",
+        minimum=1,
+        maximum=MAX_TIMEOUT_S,
+        flag="--timeout",
     )
     device: str = setting("auto", help="device type (auto: cuda if present)", choices=DEVICES)
     backend: str = setting(
@@ -254,9 +308,12 @@ class CheckpointConfig:
         help="save after every N optimizer steps",
         unit="steps",
         minimum=1,
+        maximum=MAX_STEPS,
         shown_default="never (resume only)",
     )
-    keep_last: int = setting(3, help="READY checkpoints kept (0 keeps all)", minimum=0)
+    keep_last: int = setting(
+        3, help="READY checkpoints kept (0 keeps all)", minimum=0, maximum=100_000
+    )
     resume: str | None = setting(
         None,
         help="resume from 'latest', a step number or a checkpoint path",
@@ -274,11 +331,17 @@ class CheckpointConfig:
         help="SIGKILL a rank after this many steps (fault tests; first launch only)",
         shown_default="never",
         minimum=0,
+        maximum=MAX_STEPS,
     )
     inject_kill_during_save: bool = setting(
         False, help="with --inject-kill-at-step S: kill while checkpoint step S is written"
     )
-    inject_kill_rank: int = setting(1, help="rank that --inject-kill-at-step kills", minimum=0)
+    inject_kill_rank: int = setting(
+        1,
+        help="rank that --inject-kill-at-step kills",
+        minimum=0,
+        maximum=MAX_RANKS_PER_NODE * MAX_NODES - 1,
+    )
     record_digests: bool = setting(
         False,
         help="record SHA256 digests of model, optimizer, scheduler, train state and RNG "
@@ -310,6 +373,7 @@ class ProfileConfig:
         help="measured steps the profiler skips before its warmup",
         unit="steps",
         minimum=0,
+        maximum=MAX_STEPS,
         flag="--profile-wait",
     )
     warmup_steps: int = setting(
@@ -317,10 +381,16 @@ class ProfileConfig:
         help="steps the profiler runs but discards, after its wait",
         unit="steps",
         minimum=0,
+        maximum=MAX_STEPS,
         flag="--profile-warmup",
     )
     active_steps: int = setting(
-        3, help="steps the profiler records", unit="steps", minimum=1, flag="--profile-active"
+        3,
+        help="steps the profiler records",
+        unit="steps",
+        minimum=1,
+        maximum=MAX_STEPS,
+        flag="--profile-active",
     )
     dir: str | None = setting(
         None,
@@ -329,7 +399,11 @@ class ProfileConfig:
         shown_default="the result path without .json, plus -profile",
     )
     top: int = setting(
-        15, help="operators listed per table of the summary", minimum=1, flag="--profile-top"
+        15,
+        help="operators listed per table of the summary",
+        minimum=1,
+        maximum=1000,
+        flag="--profile-top",
     )
     baseline: bool = setting(
         True,

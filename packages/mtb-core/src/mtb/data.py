@@ -15,23 +15,14 @@ start and stride, so the loss can fall (the model has something to learn).
 import attrs
 import torch
 
-MASK64 = (1 << 64) - 1
+from mtb.seeding import mix_seed
+
 MAX_STRIDE = 7
-
-
-def _splitmix64(value: int) -> int:
-    value = (value + 0x9E3779B97F4A7C15) & MASK64
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & MASK64
-    return value ^ (value >> 31)
 
 
 def sample_seed(seed: int, step: int, sample: int) -> int:
     """A 63-bit generator seed mixed from the coordinates of one sequence."""
-    mixed = 0
-    for part in (seed, step, sample):
-        mixed = _splitmix64(mixed ^ part)
-    return mixed >> 1
+    return mix_seed(seed, step, sample)
 
 
 @attrs.frozen

@@ -33,6 +33,28 @@ def resolve_backend(requested: str, device_type: str) -> str:
     return requested
 
 
+#: CPU workers per core above which a run is refused: each worker is a whole
+#: Python + torch process, and that many mostly measure the scheduler
+MAX_CPU_WORKERS_PER_CORE = 4
+
+
+def cpu_oversubscription(nproc_per_node: int, cores: int | None = None) -> str | None:
+    """A warning when CPU workers outnumber cores; a UsageError far past that."""
+    cores = cores or os.cpu_count() or 1
+    if nproc_per_node > MAX_CPU_WORKERS_PER_CORE * cores:
+        raise UsageError(
+            f"launch.nproc_per_node: {nproc_per_node} CPU workers on {cores} core(s); "
+            f"allowed: at most {MAX_CPU_WORKERS_PER_CORE * cores} "
+            f"({MAX_CPU_WORKERS_PER_CORE} per core)"
+        )
+    if nproc_per_node > cores:
+        return (
+            f"{nproc_per_node} CPU workers share {cores} core(s): "
+            "timings measure oversubscription, not the strategy"
+        )
+    return None
+
+
 def _effective_launch(config):
     """Record the world torchrun actually gave us in the stored config."""
     world = int(os.environ.get("WORLD_SIZE", 1))

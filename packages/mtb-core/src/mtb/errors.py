@@ -5,6 +5,12 @@ by signal N (130 Ctrl-C, 143 SIGTERM), as a shell reports a process a signal kil
 """
 
 import signal
+import sys
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr: the run goes on."""
+    print(f"mtb: warning: {message}", file=sys.stderr)
 
 
 def one_line(error: BaseException) -> str:

@@ -22,7 +22,7 @@ import attrs
 from mtb import components, gpu_guard, lifeline, memory, output_paths, provenance
 from mtb import config as config_mod
 from mtb.checkpoint import lock as checkpoint_lock
-from mtb.errors import Interrupted, RunFailed, UsageError, one_line
+from mtb.errors import Interrupted, RunFailed, UsageError, one_line, warn
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
 
@@ -56,11 +56,13 @@ def prepare(config, pm):
 def preflight(config, pm) -> None:
     """Refuse an impossible run with one line before any worker starts."""
     from mtb.checkpoint import lifecycle
-    from mtb.distributed import resolve_backend, resolve_device_type
+    from mtb.distributed import cpu_oversubscription, resolve_backend, resolve_device_type
 
     strategy = pm.registry("strategy").get(config.strategy)
     device_type = resolve_device_type(config.launch.device)
     resolve_backend(config.launch.backend, device_type)
+    if device_type == "cpu" and (crowded := cpu_oversubscription(config.launch.nproc_per_node)):
+        warn(crowded)
     strategy.check(config, device_type)
     output_paths.check_run(config)
     lifecycle.preflight(config, pm, strategy)

@@ -7,13 +7,12 @@ registered exactly like third-party ones, so both share one code path.
 import difflib
 import importlib
 import os
-import sys
 from importlib.metadata import entry_points
 
 import attrs
 import pluggy
 
-from mtb import hookspecs
+from mtb import errors, hookspecs
 from mtb.errors import PluginError
 from mtb.registry import KINDS, Registry, collect
 
@@ -88,7 +87,7 @@ def warn(message: str) -> None:
     """One warning line on stderr; in strict mode (MTB_STRICT_PLUGINS=1) an error instead."""
     if _strict():
         raise PluginError(message.replace(", skipped", ""))
-    print(f"mtb: warning: {message}", file=sys.stderr)
+    errors.warn(message)
 
 
 def _why(error: BaseException) -> str:

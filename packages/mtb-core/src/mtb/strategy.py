@@ -4,6 +4,7 @@ This module stays free of torch so that registering (and listing) strategies
 is cheap; ``setup`` is where a strategy imports what it needs.
 """
 
+import math
 from importlib.util import find_spec
 from typing import Any, ClassVar
 
@@ -49,6 +50,8 @@ class StrategyOption:
             value = float(value)
         if isinstance(value, bool) != (self.type is bool) or not isinstance(value, self.type):
             raise ConfigError(where, f"expected {OPTION_TYPES[self.type]}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(where, f"must be a finite number, got {value}")
         if self.choices and value not in self.choices:
             allowed = ", ".join(map(str, self.choices))
             raise ConfigError(where, f"{value!r} is not one of: {allowed}")

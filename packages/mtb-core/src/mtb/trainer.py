@@ -7,12 +7,10 @@ per-step agreement on non-finite values (one small all_reduce).
 """
 
 import math
-import random
 import resource
 import time
 
 import attrs
-import numpy as np
 import torch
 
 from mtb.checkpoint.session import CheckpointSession
@@ -25,6 +23,7 @@ from mtb.metrics import StepMetrics
 from mtb.model import GPT
 from mtb.profiling.ranges import ranges
 from mtb.schedule import lr_at
+from mtb.seeding import seed_model_init, seed_training
 
 
 @attrs.define
@@ -42,16 +41,9 @@ class TrialRecord:
     digests: dict | None = None
 
 
-def seed_everything(seed: int) -> None:
-    """Seed every generator a run may draw from, so a run's RNG states are reproducible."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def build_model(context) -> torch.nn.Module:
     """The GPT of the config, initialised from the seed alone, on the run's device."""
-    seed_everything(context.config.data.seed)
+    seed_model_init(context)
     model = GPT(context.config.model)
     model.set_activation_checkpointing(context.config.training.activation_checkpointing)
     return model.to(context.device)
@@ -103,6 +95,7 @@ class Trainer:
             model, lambda params: make_optimizer(params, self.training), self.context
         )
         self.context.engine = engine
+        seed_training(self.context)  # before a resume restores the saved RNG states
         session = CheckpointSession(self.context, self.strategy, self.pm, engine)
         data = self.data()
         clock = PhaseClock(self.context.device)
@@ -173,13 +166,13 @@ class Trainer:
         lr = lr_at(step, self.training, self.training.steps)
         engine.set_lr(lr)
         max_norm = self.training.max_grad_norm
-        raw_norm = engine.grad_norm() if max_norm is not None else None
+        raw_norm = engine.grad_norm()  # every step, clipping or not: one fused norm
         norm = norm_value(raw_norm)
         loss_value = loss_sum.item() / accum
         self.check_finite(step, loss_value, norm)
         info = engine.optimizer_step(max_norm, raw_norm)
         if norm is not None:
-            info.grad_norm, info.clipped = norm, norm > max_norm
+            info.grad_norm, info.clipped = norm, max_norm is not None and norm > max_norm
         return info, lr, loss_value
 
     def maybe_poison(self, loss: torch.Tensor, step: int, micro: int) -> torch.Tensor:
@@ -197,20 +190,19 @@ class Trainer:
         """Agree across ranks (one collective) whether anyone saw a non-finite value.
 
         Raises the same error on every rank before any optimizer or scheduler
-        step, so parameters stay as they were after the last good step.
+        step, so parameters stay as they were after the last good step. A
+        non-finite loss is the cause named: the gradients it spreads to (on
+        every rank, once synchronised) are named only when every loss was finite.
         """
         bad_grad = grad_norm is not None and not math.isfinite(grad_norm)
         bad_loss, bad_grads = ranks_with(self.context, [not math.isfinite(loss), bad_grad])
-        if not (bad_loss or bad_grads):
-            return
-        parts = []
         if bad_loss:
-            parts.append(f"loss on rank(s) {', '.join(map(str, bad_loss))}")
-        if bad_grads:
-            parts.append(f"gradients on rank(s) {', '.join(map(str, bad_grads))}")
-        raise NonFiniteError(
-            f"non-finite {' and '.join(parts)} at step {step}; no optimizer step was taken"
-        )
+            what = f"loss on rank(s) {', '.join(map(str, bad_loss))}"
+        elif bad_grads:
+            what = f"gradients on rank(s) {', '.join(map(str, bad_grads))}"
+        else:
+            return
+        raise NonFiniteError(f"non-finite {what} at step {step}; no optimizer step was taken")
 
     def probe_state_bytes(self, engine, data, step: int) -> dict:
         """Model-state bytes with gradients and optimizer state populated.

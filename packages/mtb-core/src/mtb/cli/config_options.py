@@ -32,11 +32,21 @@ def _shown_default(field) -> str:
     return str(field.default)
 
 
+def _allowed(field) -> str:
+    """The field's bounds as "; allowed: 1 to 100" ("" for an unbounded field)."""
+    minimum, below, maximum = field.metadata.get("range", (None, None, None))
+    if maximum is not None:
+        return f"; allowed: {minimum} to {maximum}"
+    if below is not None:
+        return f"; allowed: {minimum} to below {below}"
+    return "" if minimum is None else f"; allowed: >= {minimum}"
+
+
 def _help(field) -> str:
-    """Help text ending in "[default: D; unit: U]"."""
+    """Help text ending in "[default: D; unit: U; allowed: A]"."""
     meta = field.metadata
     unit = f"; unit: {meta['unit']}" if meta.get("unit") else ""
-    return f"{meta['help']}  [default: {_shown_default(field)}{unit}]"
+    return f"{meta['help']}  [default: {_shown_default(field)}{unit}{_allowed(field)}]"
 
 
 def option_for(section: str | None, field):
