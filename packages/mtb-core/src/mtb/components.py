@@ -5,6 +5,7 @@ the strategy, checkpoint backend, profiler and reporters that produced the
 numbers came from, so an impostor ``ddp`` from another distribution shows.
 """
 
+from mtb import run_reports
 from mtb.checkpoint.backend import backend_name
 
 #: the reporter that writes every run's result file
@@ -23,6 +24,11 @@ def origin(pm, kind: str, name: str) -> dict:
     }
 
 
+def reporters_used(config) -> list[str]:
+    """The result file's reporter, then each of ``--report``'s, once."""
+    return list(dict.fromkeys([RESULT_REPORTER, *run_reports.names(config)]))
+
+
 def record(pm, config) -> dict:
     """The ``components`` block of a train or profile result for ``config``."""
     strategy = pm.registry("strategy").items.get(config.strategy)
@@ -35,5 +41,8 @@ def record(pm, config) -> dict:
         "profiler": (
             origin(pm, "profiler", config.profile.profiler) if config.profile.enabled else None
         ),
-        "reporters": [origin(pm, "reporter", RESULT_REPORTER)],
+        "reporters": [
+            origin(pm, "reporter", name)
+            for name in dict.fromkeys([RESULT_REPORTER, *run_reports.names(config)])
+        ],
     }

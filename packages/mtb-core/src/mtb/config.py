@@ -34,6 +34,7 @@ def setting(
     below=None,
     flag: str = "",
     shown_default: str = "",
+    metavar: str = "",
     validator=None,
 ):
     """An attrs field with the metadata the CLI and docs are generated from."""
@@ -48,6 +49,7 @@ def setting(
         "choices": tuple(choices),
         "flag": flag,
         "shown_default": shown_default,
+        "metavar": metavar,
     }
     return attrs.field(default=default, validator=validators, metadata=metadata)
 
@@ -359,6 +361,14 @@ class RunConfig:
     )
     overwrite: bool = setting(
         False, help="replace an existing result file at --output instead of refusing the run"
+    )
+    reports: tuple[str, ...] = setting(
+        (),
+        help="also render the result with reporter FORMAT (see `mtb plugins`) at PATH, "
+        "after the JSON result is written; repeatable",
+        flag="--report",
+        metavar="FORMAT[:PATH]",
+        shown_default="none; PATH: --output with the reporter's suffix",
     )
     peak_tflops: float | None = setting(
         None,

@@ -6,6 +6,7 @@ preset and the TOML file.
 """
 
 import types
+import typing
 
 import attrs
 import click
@@ -46,8 +47,12 @@ def option_for(section: str | None, field):
     dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
     kind = _base_type(field.type)
     extra = {}
+    if meta.get("metavar"):
+        extra["metavar"] = meta["metavar"]
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
+    elif typing.get_origin(kind) is tuple:  # repeatable; not given stays None
+        extra.update(multiple=True, callback=lambda ctx, param, value: value or None)
     elif meta.get("choices"):
         extra["type"] = click.Choice(meta["choices"])
     else:
