@@ -29,20 +29,28 @@ def reporters_used(config) -> list[str]:
     return list(dict.fromkeys([RESULT_REPORTER, *run_reports.names(config)]))
 
 
-def record(pm, config) -> dict:
-    """The ``components`` block of a train or profile result for ``config``."""
+def used(pm, config) -> dict[str, list[str]]:
+    """The names of the items of each kind that ``config`` uses (an empty list: none)."""
     strategy = pm.registry("strategy").items.get(config.strategy)
     backend = backend_name(config, strategy.item if strategy else None)
     return {
-        "strategy": origin(pm, "strategy", config.strategy),
-        "checkpoint_backend": (
-            origin(pm, "checkpoint_backend", backend) if config.checkpoint.enabled else None
-        ),
-        "profiler": (
-            origin(pm, "profiler", config.profile.profiler) if config.profile.enabled else None
-        ),
-        "reporters": [
-            origin(pm, "reporter", name)
-            for name in dict.fromkeys([RESULT_REPORTER, *run_reports.names(config)])
-        ],
+        "strategy": [config.strategy],
+        "checkpoint_backend": [backend] if config.checkpoint.enabled else [],
+        "profiler": [config.profile.profiler] if config.profile.enabled else [],
+        "reporter": reporters_used(config),
+    }
+
+
+def record(pm, config) -> dict:
+    """The ``components`` block of a train or profile result for ``config``."""
+    names = used(pm, config)
+
+    def single(kind: str) -> dict | None:
+        return origin(pm, kind, names[kind][0]) if names[kind] else None
+
+    return {
+        "strategy": single("strategy"),
+        "checkpoint_backend": single("checkpoint_backend"),
+        "profiler": single("profiler"),
+        "reporters": [origin(pm, "reporter", name) for name in names["reporter"]],
     }

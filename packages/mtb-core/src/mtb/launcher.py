@@ -19,7 +19,16 @@ from pathlib import Path
 
 import attrs
 
-from mtb import components, gpu_guard, lifeline, memory, output_paths, provenance, run_reports
+from mtb import (
+    components,
+    gpu_guard,
+    lifeline,
+    memory,
+    output_paths,
+    provenance,
+    run_options,
+    run_reports,
+)
 from mtb import config as config_mod
 from mtb.checkpoint import lock as checkpoint_lock
 from mtb.errors import Interrupted, RunFailed, UsageError, one_line
@@ -45,13 +54,13 @@ def with_output(config):
 
 
 def prepare(config, pm):
-    """The config as it will run: result path decided, strategy options resolved."""
-    strategy = pm.registry("strategy").get(config.strategy)
-    options = strategy.resolve_options(config.strategy_options)
+    """The config as it will run: result path and reports decided, plugin options resolved."""
+    pm.registry("strategy").get(config.strategy)
     if config.profile.enabled:
         pm.registry("profiler").get(config.profile.profiler)
     config = with_output(config)
-    return attrs.evolve(config, strategy_options=options, reports=run_reports.resolve(config, pm))
+    config = attrs.evolve(config, reports=run_reports.resolve(config, pm))
+    return run_options.resolve(config, pm)
 
 
 def preflight(config, pm) -> None:

@@ -1,9 +1,13 @@
 """The reporter contract and atomic writing of what reporters render."""
 
+import copy
 import fcntl
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 
 def _current_umask() -> int:
@@ -25,6 +29,20 @@ class Reporter:
     #: True when rendered text is added to the end of an existing file (a log
     #: such as JSON Lines) instead of replacing it
     appends: bool = False
+    #: settings it adds to ``mtb run`` and ``[reporter_options]`` (mtb.options.Option)
+    options: ClassVar[tuple] = ()
+    _given: Mapping[str, Any] = MappingProxyType({})
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The value of each of ``options`` for this rendering: as configured, else default."""
+        return {o.name: self._given.get(o.name, o.default) for o in self.options}
+
+    def configured(self, given: Mapping[str, Any]) -> "Reporter":
+        """A copy that renders with the option values in ``given`` (the run's reporter_options)."""
+        clone = copy.copy(self)
+        clone._given = MappingProxyType(dict(given))
+        return clone
 
     def render(self, documents: list[dict]) -> str:
         """The file's text; every reporter overrides it."""

@@ -59,7 +59,8 @@ def render(pm, document: dict, config) -> list[str]:
     failures = []
     for name, path in map(parse, config.reports):
         try:
-            written = publish(pm.registry("reporter").get(name), [document], path)
+            reporter = pm.registry("reporter").get(name).configured(config.reporter_options)
+            written = publish(reporter, [document], path)
         except Exception as error:
             plugin = pm.registry("reporter").items[name].plugin
             failures.append(f"reporter {name!r} of plugin {plugin} failed: {one_line(error)}")
