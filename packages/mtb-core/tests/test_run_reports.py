@@ -173,3 +173,25 @@ def test_concurrent_appenders_never_interleave(tmp_path):
     assert len(lines) == 400
     for writer in (1, 2):
         assert [d["i"] for d in lines if d["writer"] == writer] == list(range(200))
+
+
+def test_a_profiled_run_reports_too(invoke, tmp_path):
+    out = tmp_path / "profile.json"
+    window = ["--profile-warmup", "0", "--profile-active", "1", "--no-profile-baseline"]
+    result = invoke(
+        "profile", *RUN[1:], *window, "--output", out, "--report", f"jsonl:{tmp_path / 'p.jsonl'}"
+    )
+    assert result.exit_code == 0, result.output
+    [logged] = jsonl(tmp_path / "p.jsonl")
+    assert logged == read_json(out) and logged["kind"] == "profile"
+    assert [r["name"] for r in logged["components"]["reporters"]] == ["json", "jsonl"]
+
+
+def test_a_reporter_missing_where_rank_0_renders_is_one_line(pm, tmp_path, capsys):
+    from mtb import config as config_mod
+    from mtb.run_reports import render
+
+    config = config_mod.resolve(flags={"preset": "tiny", "reports": [f"gone:{tmp_path / 'x'}"]})
+    assert render(pm, {"kind": "train"}, config) == [
+        "reporter 'gone' failed: unknown reporter 'gone'; installed: json, jsonl"
+    ]

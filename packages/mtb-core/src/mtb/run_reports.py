@@ -62,8 +62,9 @@ def render(pm, document: dict, config) -> list[str]:
             reporter = pm.registry("reporter").get(name).configured(config.reporter_options)
             written = publish(reporter, [document], path)
         except Exception as error:
-            plugin = pm.registry("reporter").items[name].plugin
-            failures.append(f"reporter {name!r} of plugin {plugin} failed: {one_line(error)}")
+            entry = pm.registry("reporter").items.get(name)
+            plugin = f" of plugin {entry.plugin}" if entry else ""
+            failures.append(f"reporter {name!r}{plugin} failed: {one_line(error)}")
             continue
         print(f"report written to {written}", flush=True)
     return failures
