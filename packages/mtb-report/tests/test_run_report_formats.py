@@ -33,6 +33,22 @@ def test_report_append_adds_documents_to_a_json_lines_log(invoke, tmp_path):
     assert lines == [json.loads(out.read_text())] * 2
 
 
+def test_a_json_lines_log_is_rendered_like_its_files(invoke, tmp_path):
+    log = tmp_path / "log.jsonl"
+    for number in (1, 2):
+        out = tmp_path / f"r{number}.json"
+        assert invoke(*RUN, "--output", out, "--report", f"jsonl:{log}").exit_code == 0
+    from_log = invoke("report", log, "--format", "csv")
+    from_files = invoke("report", tmp_path / "r1.json", tmp_path / "r2.json", "--format", "csv")
+    assert from_log.exit_code == 0, from_log.output
+    assert from_log.output == from_files.output
+    assert len(from_log.output.splitlines()) == 3  # header and one row per run
+    log.write_text(log.read_text() + "[1, 2]\n")
+    broken = invoke("report", log)
+    assert broken.exit_code == 2
+    assert broken.output.strip() == f"Error: {log}:3: a result document is a JSON object"
+
+
 def test_report_append_refuses_a_reporter_that_does_not_append(invoke, tmp_path):
     report = tmp_path / "report.md"
     report.write_text("kept\n")
