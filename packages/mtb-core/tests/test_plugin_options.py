@@ -128,3 +128,24 @@ def test_an_option_name_two_kinds_declare_is_refused_naming_both(pm):
         "option 'tps_digits' is declared by strategy 'clashing' of 'clashing' "
         "(unpackaged) and by reporter 'tps' of 'tokens' (unpackaged); rename one"
     )
+
+
+class StepsReporter(TokensReporter):
+    name = "steps"
+    options = (Option("steps", int, 1, "takes a core flag"),)
+
+
+class StepsPlugin:
+    @hookimpl
+    def mtb_register_reporters(self, register):
+        register(StepsReporter())
+
+
+def test_an_option_named_like_a_core_flag_is_refused(pm):
+    pm.register(StepsPlugin(), name="steps-plugin")
+    with pytest.raises(PluginError) as caught:
+        make_cli(pm)
+    assert str(caught.value) == (
+        "option 'steps' of reporter 'steps' of 'steps-plugin' (unpackaged) is named like "
+        "mtb run's own --steps; rename it"
+    )

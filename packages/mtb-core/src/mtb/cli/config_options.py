@@ -12,6 +12,7 @@ import attrs
 import click
 
 from mtb.config import OPTION_SECTIONS, SECTIONS, LaunchConfig, RunConfig
+from mtb.errors import PluginError
 from mtb.options import section as options_table
 from mtb.registry import KINDS, declared_options
 
@@ -62,13 +63,26 @@ def option_for(section: str | None, field):
     return click.option(flag, dest, default=None, help=_help(field), **extra)
 
 
+def _config_fields() -> list[tuple]:
+    """(section or None, attrs field) of every config field that is a flag of ``mtb run``."""
+    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
+    return fields + [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
+
+
 def config_options(command):
     """Decorate ``command`` with one option per config field."""
-    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
-    fields += [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
-    for section, field in reversed(fields):
+    for section, field in reversed(_config_fields()):
         command = option_for(section, field)(command)
     return command
+
+
+def _core_flags() -> set[str]:
+    """The flags ``mtb run`` has of its own, their ``--no-`` forms included."""
+    flags = {"--config", "--print-config"}
+    for _, field in _config_fields():
+        flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+        flags |= {flag, f"--no-{flag[2:]}"}
+    return flags
 
 
 def launch_options(command):
@@ -107,10 +121,23 @@ def _plugin_option(kind: str, option):
     )
 
 
+def _declaration(pm, name: str, kind: str, entries: list):
+    """The declaration of option ``name``; refused when it would take one of core's flags."""
+    option = next(o for o in entries[0].item.options if o.name == name)
+    core = _core_flags()
+    taken = [flag for flag in (option.flag, f"--no-{option.flag[2:]}") if flag in core]
+    if taken:
+        raise PluginError(
+            f"option {name!r} of {kind.replace('_', ' ')} {entries[0].name!r} of "
+            f"{pm.describe(entries[0].plugin)} is named like mtb run's own {taken[0]}; rename it"
+        )
+    return option
+
+
 def plugin_options(pm):
     """Decorator adding the options of every registered strategy, backend, profiler, reporter."""
     options = [
-        _plugin_option(kind, next(o for o in entries[0].item.options if o.name == name))
+        _plugin_option(kind, _declaration(pm, name, kind, entries))
         for name, (kind, entries) in declared_options(pm).items()
     ]
 
