@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from mtb.cli import make_cli
 from mtb.plugins import build_plugin_manager
+from mtb.testing import mtb_plugin  # noqa: F401  (the fixture plugin authors use)
 
 PLUGIN_DIR = Path(__file__).parent / "plugins"
 TINY = ["--preset", "tiny", "--steps", "4", "--warmup-steps", "1"]

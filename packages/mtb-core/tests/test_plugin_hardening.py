@@ -91,7 +91,7 @@ def test_a_raising_register_hook_drops_the_plugin_with_one_warning(pm, raising, 
     pm.register(raising, name="raising")
     assert pm.registry("strategy").names() == ["single"]  # its "broken" is gone too
     assert pm.get_plugin("raising") is None
-    assert pm.registry("reporter").names() == ["json"]
+    assert pm.registry("reporter").names() == ["json", "jsonl"]
     assert capsys.readouterr().err == (
         f"{WARNING}plugin 'raising' failed in mtb_register_strategies, skipped: "
         "RuntimeError: this plugin is broken\n"

@@ -53,7 +53,7 @@ def site(tmp_path, monkeypatch):
 def test_builtins_register_through_the_same_hooks(pm):
     assert [name for name, _ in pm.list_name_plugin()] == list(DEFAULT_PLUGINS)
     assert pm.registry("strategy").names() == ["single"]
-    assert pm.registry("reporter").names() == ["json"]
+    assert pm.registry("reporter").names() == ["json", "jsonl"]
     assert pm.registry("strategy").items["single"].plugin == "mtb.strategies.single"
     assert pm.info("mtb.strategies.single").distribution == "mtb-core"
 

@@ -164,11 +164,10 @@ def test_an_observer_that_raises_after_training_keeps_the_result(pm, invoke, tmp
     result = invoke("run", *TINY, "--output", out)
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
-    failure = "plugin raising-observer failed: ValueError: observer broke"
-    assert f"mtb: mtb_run_end of {failure}" in lines
+    failure = "mtb_run_end of plugin raising-observer failed: ValueError: observer broke"
+    assert f"mtb: {failure}" in lines
     assert lines[-1] == (
-        f"Error: result written to {out} and kept; 1 mtb_run_end plugin(s) failed "
-        f"after it, first: {failure}"
+        f"Error: result written to {out} and kept; 1 plugin(s) failed after it, first: {failure}"
     )
     assert "Traceback" not in result.output
     assert read_json(out)["status"] == "ok"

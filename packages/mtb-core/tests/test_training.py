@@ -124,7 +124,7 @@ def test_strategy_option_errors_name_the_option(tunable, invoke, tmp_path):
     result = invoke("run", "--strategy", "single", *TINY, "--bucket-mb", "3")
     assert result.exit_code == 2
     assert result.output.strip() == (
-        "Error: strategy_options.bucket_mb: not an option of strategy 'single'; its options: none"
+        "Error: strategy_options.bucket_mb: not an option of strategy 'single'; allowed: none"
     )
     toml = tmp_path / "run.toml"
     toml.write_text('[strategy_options]\nmode = "turbo"\n')

@@ -5,6 +5,7 @@ the strategy, checkpoint backend, profiler and reporters that produced the
 numbers came from, so an impostor ``ddp`` from another distribution shows.
 """
 
+from mtb import run_reports
 from mtb.checkpoint.backend import backend_name
 
 #: the reporter that writes every run's result file
@@ -23,17 +24,33 @@ def origin(pm, kind: str, name: str) -> dict:
     }
 
 
-def record(pm, config) -> dict:
-    """The ``components`` block of a train or profile result for ``config``."""
+def reporters_used(config) -> list[str]:
+    """The result file's reporter, then each of ``--report``'s, once."""
+    return list(dict.fromkeys([RESULT_REPORTER, *run_reports.names(config)]))
+
+
+def used(pm, config) -> dict[str, list[str]]:
+    """The names of the items of each kind that ``config`` uses (an empty list: none)."""
     strategy = pm.registry("strategy").items.get(config.strategy)
     backend = backend_name(config, strategy.item if strategy else None)
     return {
-        "strategy": origin(pm, "strategy", config.strategy),
-        "checkpoint_backend": (
-            origin(pm, "checkpoint_backend", backend) if config.checkpoint.enabled else None
-        ),
-        "profiler": (
-            origin(pm, "profiler", config.profile.profiler) if config.profile.enabled else None
-        ),
-        "reporters": [origin(pm, "reporter", RESULT_REPORTER)],
+        "strategy": [config.strategy],
+        "checkpoint_backend": [backend] if config.checkpoint.enabled else [],
+        "profiler": [config.profile.profiler] if config.profile.enabled else [],
+        "reporter": reporters_used(config),
+    }
+
+
+def record(pm, config) -> dict:
+    """The ``components`` block of a train or profile result for ``config``."""
+    names = used(pm, config)
+
+    def single(kind: str) -> dict | None:
+        return origin(pm, kind, names[kind][0]) if names[kind] else None
+
+    return {
+        "strategy": single("strategy"),
+        "checkpoint_backend": single("checkpoint_backend"),
+        "profiler": single("profiler"),
+        "reporters": [origin(pm, "reporter", name) for name in names["reporter"]],
     }

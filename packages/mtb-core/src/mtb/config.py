@@ -44,6 +44,7 @@ def setting(
     maximum=None,
     flag: str = "",
     shown_default: str = "",
+    metavar: str = "",
     validator=None,
 ):
     """An attrs field with the metadata the CLI and docs are generated from.
@@ -63,6 +64,7 @@ def setting(
         "range": (minimum, below, maximum),
         "flag": flag,
         "shown_default": shown_default,
+        "metavar": metavar,
     }
     return attrs.field(default=default, validator=validators, metadata=metadata)
 
@@ -434,6 +436,14 @@ class RunConfig:
     overwrite: bool = setting(
         False, help="replace an existing result file at --output instead of refusing the run"
     )
+    reports: tuple[str, ...] = setting(
+        (),
+        help="also render the result with reporter FORMAT (see `mtb plugins`) at PATH, "
+        "after the JSON result is written; repeatable",
+        flag="--report",
+        metavar="FORMAT[:PATH]",
+        shown_default="none; PATH: --output with the reporter's suffix",
+    )
     peak_tflops: float | None = setting(
         None,
         help="peak of one device for MFU",
@@ -460,6 +470,11 @@ class RunConfig:
     checkpoint: CheckpointConfig = attrs.field(factory=CheckpointConfig, metadata={"section": True})
     profile: ProfileConfig = attrs.field(factory=ProfileConfig, metadata={"section": True})
     strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
+    checkpoint_backend_options: dict[str, Any] = attrs.field(
+        factory=dict, metadata={"section": True}
+    )
+    profiler_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
+    reporter_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
 
     def __attrs_post_init__(self):
         if self.peak_tflops is not None and self.peak_tflops <= 0:
@@ -513,6 +528,14 @@ SECTIONS = {
     "checkpoint": CheckpointConfig,
     "profile": ProfileConfig,
 }
+
+#: the tables of options that plugins declare, one per kind (see mtb.options)
+OPTION_SECTIONS = (
+    "strategy_options",
+    "checkpoint_backend_options",
+    "profiler_options",
+    "reporter_options",
+)
 
 # The fields that define the workload: a result or checkpoint is comparable
 # with another only when these agree.
@@ -612,8 +635,9 @@ def structure(raw: dict) -> RunConfig:
         if not isinstance(value, dict):
             raise ConfigError(section, "must be a table of settings")
         _check_keys(value, cls, section)
-    if not isinstance(raw.get("strategy_options", {}), dict):
-        raise ConfigError("strategy_options", "must be a table of settings")
+    for table in OPTION_SECTIONS:
+        if not isinstance(raw.get(table, {}), dict):
+            raise ConfigError(table, "must be a table of settings")
     try:
         return converter.structure(raw, RunConfig)
     except ConfigError:
@@ -645,10 +669,11 @@ def resolve(file_values: dict | None = None, flags: dict | None = None) -> RunCo
         if not isinstance(from_file, dict):
             raise ConfigError(section, "must be a table of settings")
         merged[section] = {**base, **from_file, **flags.get(section, {})}
-    options = file_values.get("strategy_options", {})
-    if isinstance(options, dict):
-        options = {**options, **flags.get("strategy_options", {})}
-    merged["strategy_options"] = options
+    for table in OPTION_SECTIONS:
+        options = file_values.get(table, {})
+        if isinstance(options, dict):
+            options = {**options, **flags.get(table, {})}
+        merged[table] = options
     return structure(merged)
 
 

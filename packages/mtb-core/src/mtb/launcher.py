@@ -19,7 +19,16 @@ from pathlib import Path
 
 import attrs
 
-from mtb import components, gpu_guard, lifeline, memory, output_paths, provenance
+from mtb import (
+    components,
+    gpu_guard,
+    lifeline,
+    memory,
+    output_paths,
+    provenance,
+    run_options,
+    run_reports,
+)
 from mtb import config as config_mod
 from mtb.checkpoint import lock as checkpoint_lock
 from mtb.errors import Interrupted, RunFailed, UsageError, one_line, warn
@@ -45,12 +54,13 @@ def with_output(config):
 
 
 def prepare(config, pm):
-    """The config as it will run: result path decided, strategy options resolved."""
-    strategy = pm.registry("strategy").get(config.strategy)
-    options = strategy.resolve_options(config.strategy_options)
+    """The config as it will run: result path and reports decided, plugin options resolved."""
+    pm.registry("strategy").get(config.strategy)
     if config.profile.enabled:
         pm.registry("profiler").get(config.profile.profiler)
-    return attrs.evolve(with_output(config), strategy_options=options)
+    config = with_output(config)
+    config = attrs.evolve(config, reports=run_reports.resolve(config, pm))
+    return run_options.resolve(config, pm)
 
 
 def preflight(config, pm) -> None:
@@ -65,6 +75,7 @@ def preflight(config, pm) -> None:
         warn(crowded)
     strategy.check(config, device_type)
     output_paths.check_run(config)
+    run_reports.check(config, pm)
     lifecycle.preflight(config, pm, strategy)
     provenance.check_evidence(config.evidence, provenance.allowed_registries(config.allow_registry))
     os.environ.pop(gpu_guard.RECORD_VARIABLE, None)
@@ -309,6 +320,8 @@ def record_failure(config, pm, status: str, message: str) -> None:
     used = components.record(pm, config)
     document = failure_document(status, message, config, plugins, prov, used)
     write_result(pm, document, str(path), config.overwrite)
+    for failure in run_reports.render(pm, document, config):
+        print(f"mtb: {failure}", file=sys.stderr, flush=True)
 
 
 def announce(config) -> None:

@@ -149,3 +149,31 @@ def collect(pm, kind_name: str) -> Registry:
         registry.discard,
     )
     return registry
+
+
+def declared_options(pm) -> dict[str, tuple[str, list[Registered]]]:
+    """Each option name that registered items declare: its kind and the items declaring it.
+
+    One name is one flag of ``mtb run``: items of one kind may share it only
+    by declaring it identically (``Registry.add`` checks), items of two kinds
+    never; such a clash is refused naming both.
+    """
+    declared: dict[str, tuple[str, list[Registered]]] = {}
+    for kind in KINDS:
+        for entry in pm.registry(kind):
+            for option in getattr(entry.item, "options", ()):
+                first_kind, entries = declared.setdefault(option.name, (kind, []))
+                if first_kind != kind:
+                    first = entries[0]
+                    raise PluginError(
+                        f"option {option.name!r} is declared by {_noun(first_kind)} "
+                        f"{first.name!r} of {pm.describe(first.plugin)} and by {_noun(kind)} "
+                        f"{entry.name!r} of {pm.describe(entry.plugin)}; rename one"
+                    )
+                if entry not in entries:
+                    entries.append(entry)
+    return declared
+
+
+def _noun(kind: str) -> str:
+    return kind.replace("_", " ")

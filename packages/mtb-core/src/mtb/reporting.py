@@ -1,8 +1,13 @@
 """The reporter contract and atomic writing of what reporters render."""
 
+import copy
+import fcntl
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 
 def _current_umask() -> int:
@@ -21,6 +26,23 @@ class Reporter:
     name: str = ""
     description: str = ""
     suffix: str = ""
+    #: True when rendered text is added to the end of an existing file (a log
+    #: such as JSON Lines) instead of replacing it
+    appends: bool = False
+    #: settings it adds to ``mtb run`` and ``[reporter_options]`` (mtb.options.Option)
+    options: ClassVar[tuple] = ()
+    _given: Mapping[str, Any] = MappingProxyType({})
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The value of each of ``options`` for this rendering: as configured, else default."""
+        return {o.name: self._given.get(o.name, o.default) for o in self.options}
+
+    def configured(self, given: Mapping[str, Any]) -> "Reporter":
+        """A copy that renders with the option values in ``given`` (the run's reporter_options)."""
+        clone = copy.copy(self)
+        clone._given = MappingProxyType(dict(given))
+        return clone
 
     def render(self, documents: list[dict]) -> str:
         """The file's text; every reporter overrides it."""
@@ -86,3 +108,39 @@ def write_new(path: str | os.PathLike, text: str) -> Path:
             return candidate
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def append_whole(path: str | os.PathLike, text: str) -> Path:
+    """Add ``text`` to the end of ``path`` (created if missing) all or nothing.
+
+    Under an exclusive lock, so concurrent appenders (parallel runs sharing one
+    log) never interleave; a write that fails half way (disk full) is cut off
+    again, so the file never ends in a torn line. A file whose last line lacks
+    its newline gets one first, so two documents never share a line.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        data = text.encode()
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+    return target
+
+
+def publish(reporter: Reporter, documents: list[dict], path: str | os.PathLike) -> Path:
+    """``documents`` rendered by ``reporter`` at ``path``: appended if it appends, else replaced."""
+    text = reporter.render(documents)
+    return append_whole(path, text) if reporter.appends else write_atomic(path, text)

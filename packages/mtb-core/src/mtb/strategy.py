@@ -4,15 +4,12 @@ This module stays free of torch so that registering (and listing) strategies
 is cheap; ``setup`` is where a strategy imports what it needs.
 """
 
-import math
 from importlib.util import find_spec
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import attrs
-
-from mtb.errors import ConfigError, UsageError
-
-OPTION_TYPES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+from mtb import options as options_mod
+from mtb.errors import UsageError
+from mtb.options import Option
 
 
 def _importable(module: str) -> bool:
@@ -23,39 +20,8 @@ def _importable(module: str) -> bool:
         return False
 
 
-@attrs.frozen
-class StrategyOption:
-    """A setting a strategy adds to ``mtb run`` (as ``--NAME``) and to ``[strategy_options]``.
-
-    ``type`` is bool, int, float or str; a bool becomes a ``--NAME/--no-NAME`` flag.
-    """
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    unit: str = ""
-    choices: tuple = ()
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    def coerce(self, value):
-        """``value`` checked against the option's type and choices, or a ConfigError."""
-        where = f"strategy_options.{self.name}"
-        if value is None:
-            return None
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, bool) != (self.type is bool) or not isinstance(value, self.type):
-            raise ConfigError(where, f"expected {OPTION_TYPES[self.type]}, got {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(where, f"must be a finite number, got {value}")
-        if self.choices and value not in self.choices:
-            allowed = ", ".join(map(str, self.choices))
-            raise ConfigError(where, f"{value!r} is not one of: {allowed}")
-        return value
+#: a strategy's setting (the name strategies have always used for :class:`mtb.options.Option`)
+StrategyOption = Option
 
 
 class Strategy:
@@ -103,17 +69,9 @@ class Strategy:
 
     def resolve_options(self, given: dict) -> dict:
         """Every option of this strategy: given values checked, the rest defaulted."""
-        known = {option.name: option for option in self.options}
-        for name in given:
-            if name not in known:
-                allowed = ", ".join(known) or "none"
-                raise ConfigError(
-                    f"strategy_options.{name}",
-                    f"not an option of strategy {self.name!r}; its options: {allowed}",
-                )
-        return {
-            name: option.coerce(given.get(name, option.default)) for name, option in known.items()
-        }
+        return options_mod.resolve(
+            self.options, given, "strategy_options", f"strategy {self.name!r}"
+        )
 
     def unavailable_reason(self) -> str | None:
         """None when usable, else which modules are missing and the install hint."""

@@ -11,7 +11,7 @@ import os
 import socket
 import sys
 
-from mtb import calibration, components, distributed, lifeline, memory, provenance
+from mtb import calibration, components, distributed, lifeline, memory, provenance, run_reports
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.errors import RunFailed, one_line
@@ -222,10 +222,10 @@ def write_result(pm, document: dict, path: str, overwrite: bool = True) -> str:
 
 
 def report(context, pm, document: dict) -> list[str]:
-    """Rank 0: the atomic JSON write, the summary table, then the observers.
+    """Rank 0: the atomic JSON write, the summary table, then reports and observers.
 
-    The result is safe before any plugin sees it: an observer that raises is
-    one line on stderr, and returned.
+    The result is safe before any plugin sees it: a reporter or an observer
+    that raises is one line on stderr, and returned.
     """
     from mtb.console import stdout, summary_table
 
@@ -235,9 +235,10 @@ def report(context, pm, document: dict) -> list[str]:
         profiling.write_summaries(document["profile"])
         print(f"profile written to {document['profile']['directory']}", flush=True)
     print(f"result written to {written}", flush=True)
-    failures = notify_run_end(context, pm, document)
+    failures = run_reports.render(pm, document, context.config)
+    failures += notify_run_end(context, pm, document)
     for failure in failures:
-        print(f"mtb: mtb_run_end of {failure}", file=sys.stderr, flush=True)
+        print(f"mtb: {failure}", file=sys.stderr, flush=True)
     return failures
 
 
@@ -248,7 +249,7 @@ def notify_run_end(context, pm, document: dict) -> list[str]:
         try:
             call_with(impl, context=context, result=document)
         except Exception as error:
-            failures.append(f"plugin {impl.plugin_name} failed: {one_line(error)}")
+            failures.append(f"mtb_run_end of plugin {impl.plugin_name} failed: {one_line(error)}")
     return failures
 
 
@@ -274,8 +275,8 @@ def run(config, pm) -> dict | None:
     distributed.teardown(context)
     if failures:
         raise RunFailed(
-            f"result written to {config.output} and kept; {len(failures)} mtb_run_end "
-            f"plugin(s) failed after it, first: {failures[0]}"
+            f"result written to {config.output} and kept; {len(failures)} plugin(s) "
+            f"failed after it, first: {failures[0]}"
         )
     return document
 

@@ -64,22 +64,38 @@ def reporter_for(pm, output: str | None, format_name: str | None):
 @click.option(
     "--format", "format_name", help="reporter name instead of the suffix (see `mtb plugins`)"
 )
+@click.option(
+    "--append",
+    is_flag=True,
+    help="add the documents to the end of --output (a reporter that appends, such as jsonl)",
+)
 @click.pass_context
-def render_command(ctx, results, output, format_name):
+def render_command(ctx, results, output, format_name, append):
     """Render result files and directories (searched recursively) as one report."""
     from mtb.output_paths import check_file
-    from mtb.reporting import write_atomic
+    from mtb.reporting import append_whole, write_atomic
     from mtb_report.loading import load
 
     reporter = reporter_for(ctx.find_root().obj, output, format_name)
+    check_append(reporter, output, append)
     if output:
         check_file("--output", output)
     text = reporter.render(load(list(results)))
     if output:
-        write_atomic(output, text)
-        click.echo(f"wrote {output}", err=True)
+        (append_whole if append else write_atomic)(output, text)
+        click.echo(f"{'appended to' if append else 'wrote'} {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+def check_append(reporter, output: str | None, append: bool) -> None:
+    """--append only with a reporter that appends (jsonl) and a file to append to."""
+    if append and not reporter.appends:
+        raise UsageError(
+            f"--append: reporter {reporter.name!r} does not append; use one that does (jsonl)"
+        )
+    if append and not output:
+        raise UsageError("--append: needs --output FILE to append to")
 
 
 @click.group(cls=ReportGroup, name="report", no_args_is_help=True)

@@ -60,6 +60,7 @@ def differences(keys: list[tuple]) -> list[str]:
 NOT_WORK = frozenset(
     (
         "strategy", "strategy_options", "training.gradient_sync_mode", "preset", "output",
+        "overwrite", "reports", "reporter_options", "profiler_options",
         "peak_tflops", "evidence", "data.seed", "training.repeat", "training.inject_nan_at_step",
         "training.inject_nan_rank", "launch.nproc_per_node", "launch.nnodes", "launch.node_rank",
         "launch.rdzv_endpoint", "launch.rdzv_id", "launch.local_addr", "launch.max_restarts",

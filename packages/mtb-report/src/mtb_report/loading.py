@@ -65,13 +65,37 @@ def check_document(path: Path, document: dict) -> dict:
     return document
 
 
+def read_json_lines(path: Path) -> list[dict]:
+    """The documents of a JSON Lines log (``--report jsonl``), each checked like a file's."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: not a readable JSON Lines file ({error})") from None
+    documents = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                document = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UsageError(f"{path}:{number}: not a JSON document ({error})") from None
+            if not isinstance(document, dict):
+                raise UsageError(f"{path}:{number}: a result document is a JSON object")
+            documents.append(document)
+    return documents
+
+
+def read_documents(path: Path) -> list[dict]:
+    """A ``.jsonl`` log's documents, or the one document of a JSON file."""
+    return read_json_lines(path) if path.suffix == ".jsonl" else [read_json(path)]
+
+
 def load(paths: list[str]) -> list[dict]:
     """Every result document under ``paths``; evidence manifests are skipped."""
     documents = []
     for path in result_files(paths):
-        document = read_json(path)
-        if document.get("kind") != MANIFEST_KIND:
-            documents.append(check_document(path, document))
+        for document in read_documents(path):
+            if document.get("kind") != MANIFEST_KIND:
+                documents.append(check_document(path, document))
     if not documents:
         raise UsageError(f"no result documents found in {', '.join(paths)}")
     return documents

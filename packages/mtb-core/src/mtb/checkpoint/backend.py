@@ -7,6 +7,7 @@ retention, resume selection and the compatibility check.
 
 from concurrent.futures import Future
 from pathlib import Path
+from typing import ClassVar
 
 
 def backend_name(config, strategy) -> str:
@@ -22,6 +23,9 @@ class CheckpointBackend:
     description: str = ""
     #: None when a checkpoint loads at any world size; else why it cannot
     reshard_refusal: str | None = None
+    #: settings it adds to ``mtb run`` and ``[checkpoint_backend_options]``
+    #: (mtb.options.Option); their values reach it as context.config.checkpoint_backend_options
+    options: ClassVar[tuple] = ()
 
     def supports(self, strategy) -> bool:
         """Whether this backend can save and load the engines of ``strategy``."""

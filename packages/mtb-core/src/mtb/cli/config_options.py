@@ -6,11 +6,15 @@ preset and the TOML file.
 """
 
 import types
+import typing
 
 import attrs
 import click
 
-from mtb.config import SECTIONS, LaunchConfig, RunConfig
+from mtb.config import OPTION_SECTIONS, SECTIONS, LaunchConfig, RunConfig
+from mtb.errors import PluginError
+from mtb.options import section as options_table
+from mtb.registry import KINDS, declared_options
 
 SEPARATOR = "__"
 LAUNCH = LaunchConfig.SECTION
@@ -56,8 +60,12 @@ def option_for(section: str | None, field):
     dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
     kind = _base_type(field.type)
     extra = {}
+    if meta.get("metavar"):
+        extra["metavar"] = meta["metavar"]
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
+    elif typing.get_origin(kind) is tuple:  # repeatable; not given stays None
+        extra.update(multiple=True, callback=lambda ctx, param, value: value or None)
     elif meta.get("choices"):
         extra["type"] = click.Choice(meta["choices"])
     else:
@@ -65,13 +73,26 @@ def option_for(section: str | None, field):
     return click.option(flag, dest, default=None, help=_help(field), **extra)
 
 
+def _config_fields() -> list[tuple]:
+    """(section or None, attrs field) of every config field that is a flag of ``mtb run``."""
+    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
+    return fields + [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
+
+
 def config_options(command):
     """Decorate ``command`` with one option per config field."""
-    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
-    fields += [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
-    for section, field in reversed(fields):
+    for section, field in reversed(_config_fields()):
         command = option_for(section, field)(command)
     return command
+
+
+def _core_flags() -> set[str]:
+    """The flags ``mtb run`` has of its own, their ``--no-`` forms included."""
+    flags = {"--config", "--print-config"}
+    for _, field in _config_fields():
+        flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+        flags |= {flag, f"--no-{flag[2:]}"}
+    return flags
 
 
 def launch_options(command):
@@ -94,49 +115,57 @@ def split_launch(params: dict) -> tuple[dict, dict]:
     return launch, rest
 
 
-def _strategy_option(option):
+def _plugin_option(kind: str, option):
     flag = f"{option.flag}/--no-{option.flag[2:]}" if option.type is bool else option.flag
-    kind = click.Choice(option.choices) if option.choices else None
-    if kind is None and option.type is not bool:
-        kind = {int: click.INT, float: click.FLOAT}.get(option.type, click.STRING)
+    kind_type = click.Choice(option.choices) if option.choices else None
+    if kind_type is None and option.type is not bool:
+        kind_type = {int: click.INT, float: click.FLOAT}.get(option.type, click.STRING)
     unit = f"; unit: {option.unit}" if option.unit else ""
     default = "none" if option.default is None else option.default
     return click.option(
         flag,
-        f"strategy_options{SEPARATOR}{option.name}",
+        f"{options_table(kind)}{SEPARATOR}{option.name}",
         default=None,
-        type=kind,
+        type=kind_type,
         help=f"{option.help}  [default: {default}{unit}]",
     )
 
 
-def _declared(pm) -> dict[str, tuple]:
-    """Each strategy option name: its declaration and the strategies that declare it."""
-    declared: dict[str, tuple] = {}
-    for entry in pm.registry("strategy"):
-        for option in getattr(entry.item, "options", ()):
-            declared.setdefault(option.name, (option, []))[1].append(entry.name)
-    return declared
+def _declaration(pm, name: str, kind: str, entries: list):
+    """The declaration of option ``name``; refused when it would take one of core's flags."""
+    option = next(o for o in entries[0].item.options if o.name == name)
+    core = _core_flags()
+    taken = [flag for flag in (option.flag, f"--no-{option.flag[2:]}") if flag in core]
+    if taken:
+        raise PluginError(
+            f"option {name!r} of {kind.replace('_', ' ')} {entries[0].name!r} of "
+            f"{pm.describe(entries[0].plugin)} is named like mtb run's own {taken[0]}; rename it"
+        )
+    return option
 
 
-def strategy_options(pm):
-    """Decorator adding each registered strategy's options (the registry refuses clashes)."""
-    options = [option for option, _ in _declared(pm).values()]
+def plugin_options(pm):
+    """Decorator adding the options of every registered strategy, backend, profiler, reporter."""
+    options = [
+        _plugin_option(kind, _declaration(pm, name, kind, entries))
+        for name, (kind, entries) in declared_options(pm).items()
+    ]
 
     def decorate(command):
         for option in reversed(options):
-            command = _strategy_option(option)(command)
+            command = option(command)
         return command
 
     return decorate
 
 
-def strategy_option_groups(pm) -> dict[str, str]:
-    """Parameter name -> the ``--help`` section of the strategies that declare it."""
+def plugin_option_groups(pm) -> dict[str, str]:
+    """Parameter name -> the ``--help`` section of the plugins that declare it."""
     groups = {}
-    for name, (_, strategies) in _declared(pm).items():
-        noun = "strategy" if len(strategies) == 1 else "strategies"
-        groups[f"strategy_options{SEPARATOR}{name}"] = f"Options of {noun} {', '.join(strategies)}"
+    for name, (kind, entries) in declared_options(pm).items():
+        noun = KINDS[kind].name.replace("_", " ") if len(entries) == 1 else KINDS[kind].label
+        names = ", ".join(entry.name for entry in entries)
+        groups[f"{options_table(kind)}{SEPARATOR}{name}"] = f"Options of {noun} {names}"
     return groups
 
 
@@ -161,11 +190,11 @@ class GroupedOptionsCommand(click.Command):
 
 def flags_from(params: dict) -> dict:
     """Click's flat parameters back into the TOML-shaped dict ``config.resolve`` takes."""
-    flags: dict = {section: {} for section in [*SECTIONS, "strategy_options"]}
+    flags: dict = {table: {} for table in [*SECTIONS, *OPTION_SECTIONS]}
     for name, value in params.items():
         if SEPARATOR in name:
-            section, key = name.split(SEPARATOR, 1)
-            flags[section][key] = value
+            table, key = name.split(SEPARATOR, 1)
+            flags[table][key] = value
         else:
             flags[name] = value
     return flags

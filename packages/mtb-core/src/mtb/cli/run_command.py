@@ -6,8 +6,8 @@ from mtb.cli.config_options import (
     GroupedOptionsCommand,
     config_options,
     flags_from,
-    strategy_option_groups,
-    strategy_options,
+    plugin_option_groups,
+    plugin_options,
 )
 
 RUN_HELP = """Train the synthetic-token GPT workload with one strategy and report its numbers.
@@ -35,7 +35,7 @@ def build_run_command(pm, name: str = "run") -> click.Command:
     @click.command(
         name,
         cls=GroupedOptionsCommand,
-        option_groups=strategy_option_groups(pm),
+        option_groups=plugin_option_groups(pm),
         help=PROFILE_HELP if profiling else RUN_HELP,
     )
     @click.option(
@@ -50,7 +50,7 @@ def build_run_command(pm, name: str = "run") -> click.Command:
         help="print the effective config as TOML and exit without running",
     )
     @config_options
-    @strategy_options(pm)
+    @plugin_options(pm)
     def run_command(config_file, print_config, **params):
         from mtb import config as config_mod
         from mtb.launcher import launch, prepare

@@ -1,0 +1,25 @@
+"""``mtb run --strategy example-localsgd`` with the plugin registered only in the test.
+
+The ``mtb_plugin`` fixture (mtb.testing) registers the plugin module in a
+fresh plugin manager and makes launched workers load it too, so the same
+test covers one rank and two without installing anything.
+"""
+
+import math
+
+import pytest
+
+TINY = ["--strategy", "example-localsgd", "--preset", "tiny", "--steps", "3", "--warmup-steps", "1"]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_localsgd_trains_on_one_and_two_ranks(mtb_plugin, ranks):
+    run = mtb_plugin("mtb_example_strategy.plugin").run(*TINY, nproc_per_node=ranks)
+    assert run.exit_code == 0, run.output
+    document = run.document
+    assert document["status"] == "ok"
+    assert document["environment"]["world_size"] == ranks
+    assert document["components"]["strategy"]["plugin"] == "mtb_example_strategy.plugin"
+    trial = document["trials"][0]
+    assert [r["rank"] for r in trial["per_rank"]] == list(range(ranks))
+    assert all(math.isfinite(step["loss"]) for step in trial["steps"])
