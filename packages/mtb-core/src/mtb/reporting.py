@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -59,7 +60,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     return target
 
 
-def fresh_names(target: Path):
+def fresh_names(target: Path) -> Iterator[Path]:
     """``target``, then ``NAME-2.SUFFIX``, ``NAME-3.SUFFIX``, ... beside it."""
     yield target
     number = 2
@@ -77,8 +78,10 @@ def write_new(path: str | os.PathLike, text: str) -> Path:
     Returns the path written.
     """
     tmp = _temp_copy(Path(path), text)
+    names = fresh_names(Path(path))
     try:
-        for candidate in fresh_names(Path(path)):
+        while True:
+            candidate = next(names)
             try:
                 os.link(tmp, candidate)
             except FileExistsError:

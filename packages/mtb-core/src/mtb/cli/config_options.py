@@ -6,6 +6,7 @@ preset and the TOML file.
 """
 
 import types
+from typing import Any
 
 import attrs
 import click
@@ -14,6 +15,7 @@ from mtb.config import SECTIONS, LaunchConfig, RunConfig
 
 SEPARATOR = "__"
 LAUNCH = LaunchConfig.SECTION
+PARAM_TYPES: dict[object, click.ParamType] = {int: click.INT, float: click.FLOAT}
 
 
 def _base_type(annotation):
@@ -45,19 +47,21 @@ def option_for(section: str | None, field):
     flag = meta.get("flag") or "--" + field.name.replace("_", "-")
     dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
     kind = _base_type(field.type)
-    extra = {}
+    extra: dict[str, Any] = {}
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
     elif meta.get("choices"):
         extra["type"] = click.Choice(meta["choices"])
     else:
-        extra["type"] = {int: click.INT, float: click.FLOAT}.get(kind, click.STRING)
+        extra["type"] = PARAM_TYPES.get(kind, click.STRING)
     return click.option(flag, dest, default=None, help=_help(field), **extra)
 
 
 def config_options(command):
     """Decorate ``command`` with one option per config field."""
-    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
+    fields: list[tuple[str | None, attrs.Attribute]] = [
+        (None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")
+    ]
     fields += [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
     for section, field in reversed(fields):
         command = option_for(section, field)(command)
@@ -86,9 +90,9 @@ def split_launch(params: dict) -> tuple[dict, dict]:
 
 def _strategy_option(option):
     flag = f"{option.flag}/--no-{option.flag[2:]}" if option.type is bool else option.flag
-    kind = click.Choice(option.choices) if option.choices else None
+    kind: click.ParamType | None = click.Choice(option.choices) if option.choices else None
     if kind is None and option.type is not bool:
-        kind = {int: click.INT, float: click.FLOAT}.get(option.type, click.STRING)
+        kind = PARAM_TYPES.get(option.type, click.STRING)
     unit = f"; unit: {option.unit}" if option.unit else ""
     default = "none" if option.default is None else option.default
     return click.option(
