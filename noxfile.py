@@ -6,7 +6,8 @@ constraints.txt, and torch is installed first, before any project, so that the p
 release resolves to its CPU build instead of a multi-GB CUDA build.
 
 Arguments after ``--`` go to pytest (or to bench.py), e.g.
-``nox -s "tests(core)" -- -k config -x``.
+``nox -s "tests(core)" -- -k config -x``, or ``-- -m "not slow"`` to leave out the
+tests marked slow (multi-process launches, anything over about 3 s).
 """
 
 import shutil
