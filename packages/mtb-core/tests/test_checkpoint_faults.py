@@ -26,6 +26,7 @@ def error_lines(done) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.startswith("Error:")]
 
 
+@pytest.mark.slow
 def test_resume_latest_finishes_past_a_lagging_latest(tmp_path):
     """The issue's reproduction: latest set back to step 4 while step 6 is READY."""
     ck = tmp_path / "ck"
@@ -72,6 +73,7 @@ def wait_for_holder(lock_file, pid: int, timeout_s: float = 120) -> None:
     raise AssertionError(f"{lock_file} never named pid {pid}")
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     ck = tmp_path / "ck"
     args = [*DDP, "--checkpoint-dir", ck, "--steps", 40, "--save-every", 20]
@@ -122,6 +124,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(disk)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_save_in_one_line_and_keeps_the_older_checkpoint(
     tmp_path, small_disk
 ):
@@ -150,6 +153,7 @@ def test_a_held_directory_refuses_a_one_process_run_before_it_starts(invoke, tmp
     assert not (tmp_path / "r.json").exists() and not list(ck.glob("step_*"))
 
 
+@pytest.mark.slow
 def test_under_torchrun_a_refused_run_leaves_a_failure_document(tmp_path):
     """Workers had started when rank 0 finds the directory taken: the refusal is recorded."""
     ck, out = tmp_path / "ck", tmp_path / "r.json"
@@ -167,6 +171,7 @@ def test_under_torchrun_a_refused_run_leaves_a_failure_document(tmp_path):
     assert f"is in use by mtb test (pid {os.getpid()} on " in document["error"]
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_fails_the_save_in_one_line_without_root(tmp_path):
     """RLIMIT_FSIZE in the launched process (inherited by its workers): EFBIG, not SIGXFSZ."""
     import resource

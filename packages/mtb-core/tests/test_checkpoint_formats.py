@@ -47,6 +47,7 @@ def rewrite(step_dir, change) -> None:
     (step_dir / layout.READY).write_text(layout.ready_text(step_dir) if sealed else "")
 
 
+@pytest.mark.slow
 def test_both_summaries_render_the_same_metadata(saved):
     step_dir = saved / "step_00000003"
     document = json.loads((step_dir / layout.METADATA).read_text())
@@ -70,6 +71,7 @@ def as_format_1(document: dict, drop_rng: bool) -> None:
         document["files"] = {k: v for k, v in document["files"].items() if not k.startswith("rng/")}
 
 
+@pytest.mark.slow
 def test_an_older_format_is_upgraded_and_what_it_lacks_makes_the_resume_inexact(
     saved, tmp_path, invoke
 ):
@@ -110,6 +112,7 @@ def test_an_older_format_resumes_but_never_exactly_without_a_metadata_digest(
     assert resumed["lacks"] == ["a digest of metadata.json"]
 
 
+@pytest.mark.slow
 def test_a_format_1_train_state_without_scheduler_rebuilds_it_inexact(saved, tmp_path, invoke):
     directory = copy_of(saved, tmp_path)
     step_dir = directory / "step_00000003"
@@ -134,6 +137,7 @@ def test_a_format_1_train_state_without_scheduler_rebuilds_it_inexact(saved, tmp
     assert read_json(out)["checkpoint"]["end_step"] == 5
 
 
+@pytest.mark.slow
 def test_an_edited_metadata_step_is_refused_never_resumed_as_exact(saved, tmp_path, invoke):
     directory = copy_of(saved, tmp_path)
     path = directory / "step_00000003" / layout.METADATA

@@ -37,6 +37,7 @@ def runs(tmp_path_factory):
     return root, results
 
 
+@pytest.mark.slow
 def test_resumed_run_ends_bitwise_equal_to_the_continuous_one(runs):
     _, results = runs
     assert results["resumed"]["state_digests"] == results["continuous"]["state_digests"]
@@ -68,6 +69,7 @@ def test_keep_last_prunes_after_publishing(runs):
     ]
 
 
+@pytest.mark.slow
 def test_verify_finds_equal_and_different_checkpoints(invoke, runs, tmp_path):
     root, _ = runs
     same = invoke(
@@ -137,6 +139,7 @@ def test_a_finished_checkpoint_has_nothing_left_to_train(invoke, runs, tmp_path)
     assert result.exit_code == 2 and "nothing left to train" in result.output
 
 
+@pytest.mark.slow
 def test_an_existing_step_is_never_overwritten(invoke, runs, tmp_path):
     root, _ = runs
     result = run(invoke, root / "split", tmp_path / "x.json", "--steps", "3", "--save-every", "3")

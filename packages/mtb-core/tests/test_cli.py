@@ -3,6 +3,7 @@
 import json
 
 import attrs
+import pytest
 from conftest import TINY, read_json
 
 from mtb import __version__, hookimpl
@@ -122,6 +123,7 @@ def test_print_config_shows_the_merged_config(invoke, tmp_path):
     assert "d_model = 32" in result.output
 
 
+@pytest.mark.slow
 def test_run_writes_result_with_trials_and_summary(invoke, tmp_path):
     out = tmp_path / "result.json"
     result = invoke("run", "--strategy", "single", *TINY, "--repeat", "2", "--output", out)
@@ -150,6 +152,7 @@ def test_run_writes_result_with_trials_and_summary(invoke, tmp_path):
     assert doc["model"]["parameters"] == 34688
 
 
+@pytest.mark.slow
 def test_peak_tflops_flag_sets_the_mfu_peak(invoke, tmp_path):
     out = tmp_path / "r.json"
     assert invoke("run", *TINY, "--peak-tflops", "1.5", "--output", out).exit_code == 0

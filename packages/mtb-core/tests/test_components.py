@@ -1,5 +1,6 @@
 """Every result says which plugin and distribution provided each component it used."""
 
+import pytest
 from click.testing import CliRunner
 from conftest import TINY, read_json
 
@@ -23,6 +24,7 @@ def core(kind_name: str, plugin: str) -> dict:
     return {"name": kind_name, "plugin": plugin, "distribution": "mtb-core", "version": __version__}
 
 
+@pytest.mark.slow
 def test_an_impostor_strategy_shows_its_own_plugin_and_distribution(pm, tmp_path):
     pm.register(Impostor(), name="impostor")
     pm.infos["impostor"] = PluginInfo("impostor", "not-mtb-strategies", "6.6.6", False)
@@ -51,6 +53,7 @@ def test_a_profiled_run_records_its_profiler(pm):
     assert record["checkpoint_backend"] is None
 
 
+@pytest.mark.slow
 def test_a_failure_document_records_the_components_too(invoke, tmp_path):
     out = tmp_path / "r.json"
     assert invoke("run", *TINY, "--inject-nan-at-step", "2", "--output", out).exit_code == 1

@@ -75,6 +75,7 @@ def test_bandwidth_is_the_slowest_rank_with_the_all_reduce_bus_factor():
     assert summarize(gathered, 2_000_000_000, 3.0).status == check.FAIL
 
 
+@pytest.mark.slow
 def test_doctor_json_shape_and_no_gpu_is_skipped_not_failed(tmp_path):
     out = tmp_path / "doctor.json"
     env = {"GLOO_SOCKET_IFNAME": "nope0", "MASTER_PORT": "29500"}
@@ -98,6 +99,7 @@ def test_doctor_json_shape_and_no_gpu_is_skipped_not_failed(tmp_path):
     assert "GLOO_SOCKET_IFNAME" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_check_exits_1(tmp_path):
     out = tmp_path / "doctor.json"
     env = {"MASTER_PORT": "not-a-port"}
@@ -108,6 +110,7 @@ def test_a_failing_check_exits_1(tmp_path):
     assert doc["error"].startswith("MASTER_PORT: MASTER_PORT=not-a-port is not a port number")
 
 
+@pytest.mark.slow
 def test_two_local_ranks_pass_the_all_reduce_and_measure_bandwidth(tmp_path):
     out = tmp_path / "doctor.json"
     args = ["doctor", "--nproc-per-node", 2, "--probe-mib", 1, "--output", out]
@@ -126,6 +129,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_an_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     out = tmp_path / "doctor.json"
@@ -139,6 +143,7 @@ def test_an_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path):
     assert f"nothing answered at {endpoint} within 3 s" in probe["message"]
 
 
+@pytest.mark.slow
 def test_a_malformed_endpoint_is_a_usage_error(tmp_path):
     done = mtb_subprocess(["doctor", "--rdzv-endpoint", "host-without-port"])
     assert done.returncode == 2

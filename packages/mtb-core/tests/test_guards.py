@@ -141,6 +141,7 @@ def test_formal_evidence_refuses_a_dirty_tree(invoke, tmp_path, dirty_checkout):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_allowed_unverified_runs_are_marked_and_exploratory_is_the_default(
     invoke, tmp_path, dirty_checkout, monkeypatch
 ):

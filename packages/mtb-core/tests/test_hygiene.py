@@ -78,6 +78,7 @@ def test_clashing_plugins_fail_every_command_with_one_line():
     )
 
 
+@pytest.mark.slow
 def test_one_process_runs_honour_the_timeout(tmp_path):
     out = tmp_path / "r.json"
     env = {"MTB_PLUGIN_MODULES": "mtb_test_slow"}

@@ -24,6 +24,7 @@ def run_two_ranks(tmp_path, *extra, env=None):
     return done, out
 
 
+@pytest.mark.slow
 def test_two_rank_launch_writes_one_result_with_every_rank(tmp_path):
     done, out = run_two_ranks(tmp_path)
     assert done.returncode == 0, done.stderr
@@ -43,6 +44,7 @@ def test_two_rank_launch_writes_one_result_with_every_rank(tmp_path):
     assert "tokens/s (global)" in done.stdout
 
 
+@pytest.mark.slow
 def test_failing_worker_exits_1_naming_the_rank(tmp_path):
     done, out = run_two_ranks(tmp_path, "--timeout", "120", env={"MTB_TEST_FAIL_RANK": "1"})
     assert done.returncode == 1
@@ -75,6 +77,7 @@ def test_a_killed_rank_is_blamed_before_peers_that_failed_or_were_stopped():
     assert _root_failure({0: failure(1, 100), 1: signalled}) == 1
 
 
+@pytest.mark.slow
 def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):
     done, out = run_two_ranks(tmp_path, "--timeout", "25", env={"MTB_TEST_HANG_RANK": "1"})
     assert done.returncode == 1
@@ -82,6 +85,7 @@ def test_hanging_worker_is_stopped_by_the_launch_timeout(tmp_path):
     assert read_json(out)["status"] == "timeout"
 
 
+@pytest.mark.slow
 def test_torchrun_runs_the_cli_in_each_worker(tmp_path):
     import subprocess
 

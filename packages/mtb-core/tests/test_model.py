@@ -55,6 +55,7 @@ def test_forward_shapes_and_causality():
     assert torch.allclose(model(changed)[:, :-1], logits[:, :-1], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_loss_decreases_over_20_steps():
     torch.manual_seed(0)
     cfg = model_config("tiny")

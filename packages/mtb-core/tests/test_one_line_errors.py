@@ -97,6 +97,7 @@ def test_every_install_hint_keeps_its_extra_on_every_console(capsys):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_metadata_hint_verifies_one_checkpoint_against_its_digests(invoke, tmp_path):
     """The command metadata.md advises runs as written, and catches an altered file."""
     ckpt = tmp_path / "ck"
@@ -133,6 +134,7 @@ def port_in_use():
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("where", ["unroutable", "port in use"])
+@pytest.mark.slow
 def test_doctor_toward_an_unanswering_address_is_one_line(tmp_path, port_in_use, where):
     """TEST-NET-2 (RFC 5737) is never routed: the store client retries until the timeout."""
     endpoint = "198.51.100.1:29561" if where == "unroutable" else port_in_use

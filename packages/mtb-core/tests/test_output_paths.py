@@ -117,6 +117,7 @@ def test_matrix_output_dir_under_a_file_is_refused(invoke, places):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_real_run_with_a_bad_output_trains_nothing(places):
     """A real ``mtb run`` over 2 ranks: refused in well under a training's time, no files."""
     started = time.monotonic()
@@ -132,6 +133,7 @@ def test_real_run_with_a_bad_output_trains_nothing(places):
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_two_concurrent_runs_on_one_output_keep_both_results(places):
     """Two real runs race for one --output: one gets it, the other's result lands beside it."""
     out = places / "same.json"
@@ -172,6 +174,7 @@ def test_default_output_never_names_an_existing_result(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_runs_without_output_each_keep_their_default_result(invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for _ in range(2):

@@ -128,6 +128,7 @@ def test_a_plugin_raising_in_every_hook_leaves_help_plugins_and_run_working(pm, 
     assert read_json(out)["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_the_real_cli_skips_a_raising_plugin_and_strict_mode_stops_it():
     env = {"MTB_PLUGIN_MODULES": "mtb_test_raising"}
     for args in (["--help"], ["plugins", "--json"]):
@@ -262,6 +263,7 @@ class TrialObserver:
         self.seen.append((context.rank, context.trial))
 
 
+@pytest.mark.slow
 def test_trial_start_fires_once_per_trial(pm, tmp_path):
     observer = TrialObserver()
     pm.register(observer, name="observer")

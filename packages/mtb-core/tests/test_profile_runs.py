@@ -19,6 +19,7 @@ TWO_RANKS = {
 }
 
 
+@pytest.mark.slow
 def test_single_rank_profile_writes_a_trace_summaries_and_a_profile_document(invoke, tmp_path):
     out = tmp_path / "p.json"
     done = invoke("profile", *PROFILE, "--output", out)
@@ -48,6 +49,7 @@ def test_single_rank_profile_writes_a_trace_summaries_and_a_profile_document(inv
     assert "## Top operators by self CPU time" in md
 
 
+@pytest.mark.slow
 def test_run_with_profiler_torch_is_a_profiled_run(invoke, tmp_path):
     out = tmp_path / "r.json"
     done = invoke(
@@ -98,6 +100,7 @@ def straggler_run(tmp_path_factory):
     return read_json(out)
 
 
+@pytest.mark.slow
 def test_summary_of_a_real_two_rank_gloo_trace(straggler_run):
     profile = straggler_run["profile"]
     assert profile["traces"] == ["rank_00000.trace.json.gz", "rank_00001.trace.json.gz"]

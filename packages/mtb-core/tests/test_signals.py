@@ -86,6 +86,7 @@ def start(tmp_path):
         run.kill_all()
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_sigkilled_launcher(start):
     run = start(*TWO_RANKS)
     run.training()
@@ -100,6 +101,7 @@ def test_workers_die_with_a_sigkilled_launcher(start):
     assert not run.out.exists()
 
 
+@pytest.mark.slow
 def test_sigterm_to_rank_1_is_blamed_on_rank_1(start):
     run = start(*TWO_RANKS)
     run.training()
@@ -111,6 +113,7 @@ def test_sigterm_to_rank_1_is_blamed_on_rank_1(start):
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "single"], TWO_RANKS], ids=["single", "ddp"])
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
     run = start(*strategy)
     run.training()
@@ -125,6 +128,7 @@ def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "single"], TWO_RANKS], ids=["single", "ddp"])
+@pytest.mark.slow
 def test_ctrl_c_prints_one_line_and_leaves_a_failure_document(start, strategy):
     run = start(*strategy)
     run.training()
@@ -139,6 +143,7 @@ def test_ctrl_c_prints_one_line_and_leaves_a_failure_document(start, strategy):
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "single"], TWO_RANKS], ids=["single", "ddp"])
+@pytest.mark.slow
 def test_a_failed_save_ends_alike_for_every_strategy(tmp_path, strategy):
     """A save refused once training ran is a run failure: exit 1 and a failure document."""
     (tmp_path / "ck" / "step_00000002").mkdir(parents=True)

@@ -41,6 +41,7 @@ def test_run_records_lr_grad_norm_and_clipping(invoke, tmp_path):
     assert doc["summary"]["clipped_steps"]["mean"] == 3
 
 
+@pytest.mark.slow
 def test_grad_norm_is_recorded_with_clipping_off_by_default(invoke, tmp_path):
     assert invoke("run", *TINY, "--output", tmp_path / "a.json").exit_code == 0
     steps = read_json(tmp_path / "a.json")["trials"][0]["steps"]
@@ -56,6 +57,7 @@ def test_nan_on_one_process_fails_with_one_line_and_a_failure_document(invoke, t
     assert (read_json(out)["status"], read_json(out)["error"]) == ("failed", message)
 
 
+@pytest.mark.slow
 def test_nan_on_rank_1_stops_both_ranks_with_the_same_message(tmp_path):
     out = tmp_path / "r.json"
     env = {"MTB_PLUGIN_MODULES": "mtb_test_allreduce", "MTB_LOAD_PLUGINS": ""}
@@ -70,6 +72,7 @@ def test_nan_on_rank_1_stops_both_ranks_with_the_same_message(tmp_path):
     assert PLUGIN_DIR.exists()
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_gives_the_same_losses(invoke, tmp_path):
     for name, extra in (("plain", []), ("ac", ["--activation-checkpointing"])):
         assert invoke("run", *TINY, *extra, "--output", tmp_path / f"{name}.json").exit_code == 0
@@ -106,6 +109,7 @@ def tunable(pm):
     pm.unregister(name="with-options")
 
 
+@pytest.mark.slow
 def test_strategy_options_become_flags_and_are_stored(tunable, invoke, tmp_path):
     help_text = " ".join(invoke("run", "--help").output.split())
     assert "--bucket-mb INTEGER bucket size [default: 25; unit: MiB]" in help_text

@@ -5,6 +5,7 @@ events recorded on the stream time the work itself without extra syncs.
 """
 
 import time
+from typing import Any
 
 import torch
 
@@ -14,7 +15,7 @@ class PhaseClock:
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.marks: list[tuple[str, object]] = []
+        self.marks: list[tuple[str, Any]] = []  # CUDA events or perf_counter seconds
 
     def start(self) -> None:
         self.marks = []

@@ -734,7 +734,7 @@ def _drop_nulls(value):
     return value
 
 
-def select(doc: dict, dotted: str):
+def select(doc: object, dotted: str):
     """The value at a dotted path such as ``training.precision`` (None when absent)."""
     for part in dotted.split("."):
         if not isinstance(doc, dict):

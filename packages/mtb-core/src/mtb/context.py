@@ -1,8 +1,13 @@
 """What a worker knows about itself while it runs: config, ranks, device."""
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from mtb.config import RunConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 @attrs.define
@@ -13,7 +18,7 @@ class RunContext:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    device: object = None  # torch.device; kept untyped so this module needs no torch
+    device: "torch.device | None" = None  # a type only: this module needs no torch
     backend: str | None = None
     trial: int = 0
     #: the current trial's engine, for observers that inspect the model

@@ -46,7 +46,7 @@ def parse_size(text: str) -> int:
     """
     match = SIZE.match(str(text))
     unit = match.group(2).lower() if match else None
-    if unit not in UNITS:
+    if match is None or unit not in UNITS:
         raise ValueError(f"{text!r} is not a size like 2GiB, 512MiB, 1.5G or 800MB")
     return int(float(match.group(1)) * UNITS[unit])
 

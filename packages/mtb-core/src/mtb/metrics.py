@@ -84,7 +84,7 @@ def above_peak(mfu_value: float | None) -> bool:
 
 
 # Dense (non-sparse) peak TFLOP/s per GPU model and compute dtype.
-GPU_PEAK_TFLOPS = {
+GPU_PEAK_TFLOPS: dict[str, dict[str, float | None]] = {
     "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
     "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0},
     "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},

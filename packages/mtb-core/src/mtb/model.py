@@ -5,6 +5,7 @@ FLOPs and parameter counts used for MFU (see ``flops_per_token``).
 """
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -81,13 +82,17 @@ class GPT(nn.Module):
             self.head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
         residual_std = 0.02 / math.sqrt(2 * cfg.n_layers)
-        for block in self.blocks:
+        for block in self._blocks():
             nn.init.normal_(block.attn.proj.weight, std=residual_std)
             nn.init.normal_(block.mlp.proj.weight, std=residual_std)
 
+    def _blocks(self) -> list[Block]:
+        """The blocks, typed (ModuleList yields plain Modules)."""
+        return cast("list[Block]", list(self.blocks))
+
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """Recompute each block's activations in backward instead of storing them."""
-        for block in self.blocks:
+        for block in self._blocks():
             block.checkpointing = enabled
 
     @staticmethod

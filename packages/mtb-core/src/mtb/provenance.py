@@ -81,7 +81,7 @@ def torch_info() -> dict:
     import torch
 
     cuda = torch.cuda.is_available()
-    info = {
+    info: dict[str, object] = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if cuda else None,

@@ -4,7 +4,7 @@ import copy
 import fcntl
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -81,7 +81,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     return target
 
 
-def fresh_names(target: Path):
+def fresh_names(target: Path) -> Iterator[Path]:
     """``target``, then ``NAME-2.SUFFIX``, ``NAME-3.SUFFIX``, ... beside it."""
     yield target
     number = 2
@@ -99,8 +99,10 @@ def write_new(path: str | os.PathLike, text: str) -> Path:
     Returns the path written.
     """
     tmp = _temp_copy(Path(path), text)
+    names = fresh_names(Path(path))
     try:
-        for candidate in fresh_names(Path(path)):
+        while True:
+            candidate = next(names)
             try:
                 os.link(tmp, candidate)
             except FileExistsError:

@@ -49,6 +49,7 @@ def backend_for(pm, config, strategy):
 def admissible(choice: selection.Choice, config, world_size: int, backend) -> list[str]:
     """Refuse a checkpoint this run cannot continue from; return the allowed differences."""
     document = choice.metadata
+    assert choice.path is not None and document is not None, "a chosen checkpoint"
     allowed = meta.check_compatible(
         choice.path, document, config, world_size, backend.reshard_refusal
     )
@@ -115,7 +116,7 @@ class SaveRecord:
 def versions() -> dict:
     import torch
 
-    found = {"torch": torch.__version__}
+    found: dict[str, str | None] = {"torch": torch.__version__}
     found["deepspeed"] = _distribution_version("deepspeed")
     return found
 
@@ -167,6 +168,12 @@ class Checkpointer:
             )
         return found
 
+    @property
+    def target(self) -> Path:
+        """checkpoint.dir, where saves go: only runs that set it save."""
+        assert self.directory is not None, "saving needs checkpoint.dir"
+        return self.directory
+
     # -- resume ---------------------------------------------------------------------------
 
     def resume_spec(self) -> str | None:
@@ -200,6 +207,7 @@ class Checkpointer:
                 self.clear_way(0, None)
             return None
         document = choice.metadata
+        assert document is not None, "a chosen path comes with its metadata"
         world = self.context.world_size
         allowed = admissible(choice, self.config, world, self.backend)
         self.clear_way(document["step"], choice.path)
@@ -255,7 +263,7 @@ class Checkpointer:
         """
         blocked_from = time.perf_counter()
         self.wait()
-        with write_errors.one_line_failures(self.directory, layout.step_name(completed)):
+        with write_errors.one_line_failures(self.target, layout.step_name(completed)):
             self._write(engine, completed, train_state, blocked_from)
 
     def _write(self, engine, completed: int, train_state: dict, blocked_from: float) -> None:
@@ -278,13 +286,13 @@ class Checkpointer:
         self.saves.append(record)
 
     def _make_temporary(self, step: int) -> Path:
-        final = self.directory / layout.step_name(step)
+        final = self.target / layout.step_name(step)
         if final.exists():
             raise UsageError(
                 f"checkpoint.dir: {final} already exists and is never overwritten; "
                 "resume from it (--resume latest) or use another --checkpoint-dir"
             )
-        tmp = self.directory / layout.temporary_name(step)
+        tmp = self.target / layout.temporary_name(step)
         tmp.mkdir(parents=True)
         return tmp
 
@@ -310,8 +318,8 @@ class Checkpointer:
             write_atomic(tmp / layout.METADATA, _json(document))
             summary.write(tmp, document, layout.step_name(record.step))
             final = layout.publish(tmp, record.step)
-            layout.write_latest(self.directory, record.step)
-            layout.prune(self.directory, self.settings.keep_last)
+            layout.write_latest(self.target, record.step)
+            layout.prune(self.target, self.settings.keep_last)
             record.path = str(final)
             record.bytes = sum(f["bytes"] for f in document["files"].values())
             self.pm.hook.mtb_checkpoint_saved(context=self.context, checkpoint=record)
@@ -322,7 +330,7 @@ class Checkpointer:
         if self.pending is not None:
             pending, self.pending = self.pending, None
             step = layout.step_name(self.saves[-1].step)
-            with write_errors.one_line_failures(self.directory, step):
+            with write_errors.one_line_failures(self.target, step):
                 pending.result()
 
     def close(self) -> None:

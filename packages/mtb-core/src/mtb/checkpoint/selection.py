@@ -58,7 +58,7 @@ def newest_intact(directory: Path) -> tuple[Path | None, list[str]]:
 
 def choose_latest(directory: Path) -> Choice:
     pointed, problem = _pointer_problem(directory)
-    if problem is None:
+    if problem is None and pointed is not None:
         return Choice(pointed, check_intact(pointed), f"latest names {pointed.name}")
     found, skipped = newest_intact(directory)
     skipped_note = f"; skipped: {' | '.join(skipped)}" if skipped else ""
@@ -73,9 +73,13 @@ def choose_latest(directory: Path) -> Choice:
 
 def choose(spec: str, directory: Path | None) -> Choice:
     """Resolve ``latest``, a step number, or a path to a step directory."""
-    if spec == "latest":
-        return choose_latest(directory)
-    path = directory / layout.step_name(int(spec)) if spec.isdigit() else Path(spec)
+    if spec != "latest" and not spec.isdigit():
+        path = Path(spec)
+    else:
+        assert directory is not None, "validated: these name checkpoints in checkpoint.dir"
+        if spec == "latest":
+            return choose_latest(directory)
+        path = directory / layout.step_name(int(spec))
     if not path.exists():
         raise CheckpointError(f"checkpoint.resume: {path} does not exist")
     return Choice(path, check_intact(path), f"requested {path}")

@@ -8,6 +8,7 @@ import hashlib
 import json
 import random
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -22,7 +23,9 @@ def rng_path(step_dir: Path, rank: int) -> Path:
 def capture_rng() -> dict:
     """This process's python, numpy, torch CPU and CUDA generator states."""
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # the legacy form (the default): a tuple, never the dict
+    legacy = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
+    kind, keys, pos, has_gauss, cached = legacy
     state = {
         "python": [version, list(internal), gauss],
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
@@ -87,7 +90,9 @@ def digest(value) -> str:
     return hashed.hexdigest()
 
 
-def train_state(completed: int, tokens_seen: int, lr: float, config, dp_world_size: int) -> dict:
+def train_state(
+    completed: int, tokens_seen: int, lr: float | None, config, dp_world_size: int
+) -> dict:
     """TrainState, data position and scheduler state after ``completed`` optimizer steps."""
     training = config.training
     sequences = config.data.micro_batch_size * training.grad_accum_steps * dp_world_size

@@ -32,7 +32,8 @@ class SaveFailed(RunFailed):
 
 def causes(error: BaseException):
     """``error``, its causes and contexts, and each rank's exception inside a DCP failure."""
-    seen, stack = set(), [error]
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
     while stack:
         current = stack.pop()
         if current is None or id(current) in seen:

@@ -3,6 +3,7 @@
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,7 +56,7 @@ def list_command(directory, as_json):
 
     root = _directory(directory)
     latest = layout.read_latest(root)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": entry.path.name,
             "step": entry.step,

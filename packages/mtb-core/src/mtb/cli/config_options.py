@@ -7,6 +7,7 @@ preset and the TOML file.
 
 import types
 import typing
+from typing import Any
 
 import attrs
 import click
@@ -18,6 +19,7 @@ from mtb.registry import KINDS, declared_options
 
 SEPARATOR = "__"
 LAUNCH = LaunchConfig.SECTION
+PARAM_TYPES: dict[object, click.ParamType] = {int: click.INT, float: click.FLOAT}
 
 
 def _base_type(annotation):
@@ -59,7 +61,7 @@ def option_for(section: str | None, field):
     flag = meta.get("flag") or "--" + field.name.replace("_", "-")
     dest = f"{section}{SEPARATOR}{field.name}" if section else field.name
     kind = _base_type(field.type)
-    extra = {}
+    extra: dict[str, Any] = {}
     if meta.get("metavar"):
         extra["metavar"] = meta["metavar"]
     if kind is bool:
@@ -69,13 +71,15 @@ def option_for(section: str | None, field):
     elif meta.get("choices"):
         extra["type"] = click.Choice(meta["choices"])
     else:
-        extra["type"] = {int: click.INT, float: click.FLOAT}.get(kind, click.STRING)
+        extra["type"] = PARAM_TYPES.get(kind, click.STRING)
     return click.option(flag, dest, default=None, help=_help(field), **extra)
 
 
-def _config_fields() -> list[tuple]:
+def _config_fields() -> list[tuple[str | None, attrs.Attribute]]:
     """(section or None, attrs field) of every config field that is a flag of ``mtb run``."""
-    fields = [(None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")]
+    fields: list[tuple[str | None, attrs.Attribute]] = [
+        (None, f) for f in attrs.fields(RunConfig) if not f.metadata.get("section")
+    ]
     return fields + [(name, f) for name, cls in SECTIONS.items() for f in attrs.fields(cls)]
 
 
@@ -117,9 +121,9 @@ def split_launch(params: dict) -> tuple[dict, dict]:
 
 def _plugin_option(kind: str, option):
     flag = f"{option.flag}/--no-{option.flag[2:]}" if option.type is bool else option.flag
-    kind_type = click.Choice(option.choices) if option.choices else None
+    kind_type: click.ParamType | None = click.Choice(option.choices) if option.choices else None
     if kind_type is None and option.type is not bool:
-        kind_type = {int: click.INT, float: click.FLOAT}.get(option.type, click.STRING)
+        kind_type = PARAM_TYPES.get(option.type, click.STRING)
     unit = f"; unit: {option.unit}" if option.unit else ""
     default = "none" if option.default is None else option.default
     return click.option(

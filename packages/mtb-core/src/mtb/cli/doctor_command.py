@@ -52,7 +52,7 @@ def _launch(params: dict, environ: dict):
 @click.option("--output", help="result JSON  [default: results/doctor-<UTC time>.json]")
 @launch_options
 @click.pass_obj
-def doctor_command(pm, skip_connectivity, probe_mib, output, **params):
+def doctor_command(pm, /, skip_connectivity, probe_mib, output, **params):
     """Check software, hardware, network, variables and connectivity; ok, warn or fail each.
 
     Every check carries an actionable message. Connectivity launches

@@ -12,7 +12,7 @@ def _spec(path: str | None, preset: str | None, overrides: tuple[str, ...]):
 
     if bool(path) == bool(preset):
         raise UsageError("matrix: give a MATRIX.toml file or --preset NAME (one of them)")
-    spec = spec_mod.load_preset(preset) if preset else spec_mod.load(path)
+    spec = spec_mod.load_preset(preset) if preset else spec_mod.load(str(path))
     return spec_mod.with_overrides(spec, [spec_mod.parse_override(o) for o in overrides])
 
 

@@ -16,7 +16,7 @@ def _nvml() -> dict:
     except pynvml.NVMLError as error:
         return {"available": False, "reason": f"NVML: {error}"}
     try:
-        migs = []
+        migs: list[bool | None] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             try:

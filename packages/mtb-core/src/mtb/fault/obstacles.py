@@ -99,7 +99,8 @@ def two_writers(smoke: Smoke, outcome: Outcome) -> None:
     finally:
         first = launch.finish("first", first_args, child, started, smoke.timeout_s + 30)
         outcome.launches.insert(0, first.evidence())
-    if not outcome.check("the first run takes the directory's lock", holding, child.pid):
+    took_lock = outcome.check("the first run takes the directory's lock", holding, child.pid)
+    if not took_lock or second is None:
         return
     line = second.error_line() or ""
     outcome.check(

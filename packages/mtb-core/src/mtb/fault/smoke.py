@@ -9,6 +9,7 @@ reference that all scenarios share.
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -50,7 +51,7 @@ class Smoke:
     workdir: Path
     strategy: str
     timeout_s: float
-    pm: object
+    pm: Any
     reference_run: Trained | None = None
 
     def run_flags(self, nproc: int, steps: int, save_every: int | None) -> list[str]:

@@ -50,7 +50,7 @@ class Plan:
 
 
 def find_command(cli: click.Group, path: str) -> click.Command | None:
-    command = cli
+    command: click.Command = cli
     for word in path.split():
         if not isinstance(command, click.Group) or word not in command.commands:
             return None

@@ -71,7 +71,8 @@ def run(spec, plan_list: list, out: Path, pm, progress) -> tuple[dict, Path | No
 
     plugins = plugin_list(pm)
     prov = {**provenance.collect(plugins), "start_utc": provenance.utc_now()}
-    rows, documents = [], []
+    rows: list[dict] = []
+    documents: list[dict] = []
 
     def save():
         matrix = records.document(spec, rows, len(plan_list), prov, plugins)

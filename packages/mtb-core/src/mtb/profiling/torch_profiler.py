@@ -7,6 +7,7 @@ ends, not inside a step, so writing it never lands in a measured step.
 
 import os
 from pathlib import Path
+from typing import Any
 
 from mtb import hookimpl
 from mtb.profiling import trace
@@ -24,7 +25,7 @@ class TorchProfileSession:
         self.directory = directory
         self.path = directory / trace_name(context.rank)
         self.summary: dict | None = None
-        self._profiler = None
+        self._profiler: Any = None  # torch.profiler.profile, once entered
 
     def __enter__(self):
         from torch.profiler import ProfilerActivity, profile, schedule
