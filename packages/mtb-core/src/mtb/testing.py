@@ -88,6 +88,7 @@ class PluginRun:
 
 def _import_root(module: ModuleType) -> str:
     """The directory that makes ``module`` importable by its dotted name."""
+    assert module.__file__ is not None, f"{module.__name__} is not a file: it cannot be launched"
     path = Path(module.__file__)
     depth = module.__name__.count(".") + (path.stem == "__init__")
     return str(path.parents[depth])
