@@ -6,7 +6,6 @@ with the failure, so no run disappears without a trace.
 """
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ import attrs
 from mtb import components, gpu_guard, lifeline, memory, output_paths, provenance
 from mtb import config as config_mod
 from mtb.checkpoint import lock as checkpoint_lock
+from mtb.documents import default_output, document_provenance, plugin_list, write_result
 from mtb.errors import Interrupted, RunFailed, UsageError, one_line
 from mtb.results import OOM_MARKERS, failure_document, failure_status
 
@@ -30,18 +30,13 @@ class LaunchTimeout(Exception):
     """The launch ran past launch.timeout_s."""
 
 
-def default_output(strategy: str) -> str:
-    """results/run-<UTC time>-<strategy>.json, with -2, -3, ... when a run took it this second."""
-    from mtb.reporting import fresh_names
-
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = Path("results") / f"run-{stamp}-{strategy}.json"
-    return str(next(p for p in fresh_names(path) if not p.exists()))
-
-
 def with_output(config):
     """The config with its result path filled in (the launcher decides it once)."""
-    return config if config.output else attrs.evolve(config, output=default_output(config.strategy))
+    return (
+        config
+        if config.output
+        else attrs.evolve(config, output=default_output("run", config.strategy))
+    )
 
 
 def prepare(config, pm):
@@ -294,8 +289,6 @@ def record_failure(config, pm, status: str, message: str) -> None:
 
     Under torchrun only rank 0 writes it, as it would have written the result.
     """
-    from mtb.worker import plugin_list, write_result
-
     if os.environ.get("RANK", "0") != "0":
         return
     path = Path(config.output)
@@ -303,7 +296,7 @@ def record_failure(config, pm, status: str, message: str) -> None:
         return
     plugins = plugin_list(pm)
     allowed = provenance.allowed_registries(config.allow_registry)
-    prov = {**provenance.collect(plugins, allowed), "end_utc": provenance.utc_now()}
+    prov = document_provenance(plugins, allowed)
     used = components.record(pm, config)
     document = failure_document(status, message, config, plugins, prov, used)
     write_result(pm, document, str(path), config.overwrite)

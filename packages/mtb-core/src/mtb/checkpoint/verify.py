@@ -119,17 +119,16 @@ def self_check(step_dir: Path) -> dict:
 
 
 def _document(error: str | None, **fields) -> dict:
-    from mtb import provenance
-    from mtb.results import SCHEMA_VERSION
+    from mtb.documents import document_provenance, result_document
 
-    return {
-        "kind": "checkpoint_verify",
-        "schema_version": SCHEMA_VERSION,
-        "status": "failed" if error else "ok",
-        "error": error,
+    status = "failed" if error else "ok"
+    return result_document(
+        "checkpoint_verify",
+        status=status,
+        error=error,
+        provenance=document_provenance([]),
         **fields,
-        "provenance": {**provenance.collect([]), "end_utc": provenance.utc_now()},
-    }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
