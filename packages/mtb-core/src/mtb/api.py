@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         write_result,
     )
     from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy
-    from mtb.launcher import LaunchTimeout, run_function
+    from mtb.launch import LaunchTimeout, node_provenance, run_function
     from mtb.launcher import launch as run_training
     from mtb.memory import format_size
     from mtb.metrics import above_peak, summarize
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from mtb.profiling.trace import load as load_trace
     from mtb.provenance import torch_info, utc_now
     from mtb.results import STATUSES, error_class, failure_document, failure_status, from_document
-    from mtb.worker import node_provenance
 
 #: the rest, imported on first use so that a plugin's import stays cheap (torch, rich,
 #: the launcher): public name -> (module, attribute, or None for the module itself)
@@ -78,8 +77,8 @@ _LAZY = {
     "plugin_list": ("mtb.documents", "plugin_list"),
     "result_document": ("mtb.documents", "result_document"),
     "write_result": ("mtb.documents", "write_result"),
-    "LaunchTimeout": ("mtb.launcher", "LaunchTimeout"),
-    "run_function": ("mtb.launcher", "run_function"),
+    "LaunchTimeout": ("mtb.launch", "LaunchTimeout"),
+    "run_function": ("mtb.launch", "run_function"),
     "run_training": ("mtb.launcher", "launch"),
     "format_size": ("mtb.memory", "format_size"),
     "above_peak": ("mtb.metrics", "above_peak"),
@@ -97,7 +96,7 @@ _LAZY = {
     "failure_status": ("mtb.results", "failure_status"),
     "from_document": ("mtb.results", "from_document"),
     "distributed": ("mtb.distributed", None),
-    "node_provenance": ("mtb.worker", "node_provenance"),
+    "node_provenance": ("mtb.launch", "node_provenance"),
     "GPT": ("mtb.model", "GPT"),
     "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
 }

@@ -5,17 +5,17 @@ under a hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
 """
 
 import contextlib
-import faulthandler
 import json
 import os
 import socket
 import sys
 
-from mtb import calibration, components, distributed, lifeline, memory, provenance
+from mtb import calibration, components, distributed, memory, provenance
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.documents import document_provenance, plugin_list, result_document, write_result
 from mtb.errors import RunFailed, one_line
+from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
 from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
 from mtb.profiling import run as profiling
@@ -94,15 +94,6 @@ def train(context, pm) -> tuple[list, dict | None]:
             return [record], profile
         trials = range(context.config.training.repeat)
         return [trainer.run_trial(i, on_step) for i in trials], None
-
-
-def node_provenance(context) -> list[dict]:
-    """Each node's own provenance (from its local rank 0), ordered by node rank."""
-    mine = None
-    if context.local_rank == 0:
-        node_rank = int(os.environ.get("GROUP_RANK", context.config.launch.node_rank))
-        mine = {"node_rank": node_rank, "first_rank": context.rank, **provenance.node()}
-    return [n for n in distributed.gather(context, mine) if n is not None]
 
 
 def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None) -> dict:
@@ -248,11 +239,6 @@ def run(config, pm) -> dict | None:
     return document
 
 
-def record_error(error: BaseException) -> None:
-    """One line on stderr and in torchelastic's error file, for the launcher to report."""
-    lifeline.record(one_line(error))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry of a launched worker: ``python -m mtb.worker CONFIG.json``."""
     from mtb.plugins import get_plugin_manager
@@ -268,21 +254,6 @@ def main(argv: list[str] | None = None) -> int:
         record_error(error)
         return 1
     return 0
-
-
-def entry(main) -> None:
-    """Run a launched worker's ``main`` and leave without interpreter shutdown.
-
-    Shutdown runs the C++ destructors of gloo's and the store's threads in no
-    fixed order; a rank that had used DCP then sometimes aborted (``terminate
-    called without an active exception``) after its work was done. A native
-    abort before that still shows where Python was (faulthandler).
-    """
-    faulthandler.enable()
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ import attrs
 import click
 
 from mtb.config import SECTIONS, LaunchConfig, RunConfig
+from mtb.flags import SEPARATOR
 
-SEPARATOR = "__"
 LAUNCH = LaunchConfig.SECTION
 
 
@@ -147,15 +147,3 @@ class GroupedOptionsCommand(click.Command):
         for title, rows in sections.items():
             with formatter.section(title):
                 formatter.write_dl(rows)
-
-
-def flags_from(params: dict) -> dict:
-    """Click's flat parameters back into the TOML-shaped dict ``config.resolve`` takes."""
-    flags: dict = {section: {} for section in [*SECTIONS, "strategy_options"]}
-    for name, value in params.items():
-        if SEPARATOR in name:
-            section, key = name.split(SEPARATOR, 1)
-            flags[section][key] = value
-        else:
-            flags[name] = value
-    return flags
