@@ -72,8 +72,11 @@ def mtb_register_reporters(register: "Callable[[Reporter], None]") -> None:
 
 
 @hookspec
-def mtb_register_commands(cli: "click.Group") -> None:
+def mtb_register_commands(cli: "click.Group", pm: "pluggy.PluginManager") -> None:
     """Add click sub-commands to the ``mtb`` group passed as ``cli``.
+
+    ``pm`` is the plugin manager the CLI is built from, for a command whose
+    options depend on what is registered (``pm.registry("strategy")``).
 
     Import heavy dependencies inside the command body, never at module level:
     ``mtb --help`` must stay fast and must not import torch.
