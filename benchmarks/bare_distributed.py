@@ -15,9 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from mtb import config as config_mod
-from mtb.data import SyntheticTokens
-from mtb.model import GPT
+from mtb.api import GPT, SyntheticTokens, config_from_dict
 
 
 def reduce_scatter_single(output_tensor, input_tensor, group, op, async_op=False):
@@ -49,7 +47,7 @@ def wrap(model: torch.nn.Module, strategy: str) -> torch.nn.Module:
 
 
 def main(strategy: str, config_path: str, out: str) -> None:
-    config = config_mod.structure(json.loads(Path(config_path).read_text()))
+    config = config_from_dict(json.loads(Path(config_path).read_text()))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(config.data.seed)

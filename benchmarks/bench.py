@@ -64,11 +64,10 @@ from pathlib import Path
 
 from harness import compare_rounds, rates, stats
 
-from mtb import hookimpl  # cheap: importing mtb does not import torch
+from mtb.api import hookimpl  # cheap: importing mtb does not import torch
 
 HARNESS_TARGET_RATIO = 0.98
 STARTUP_TARGET_S = 0.4
-SCHEMA_VERSION = 2  # 2: (c), "distributed"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -122,9 +121,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def make_config(args, output: str):
-    from mtb import config as config_mod
+    from mtb.api import resolve_config
 
-    return config_mod.resolve(
+    return resolve_config(
         flags={
             "strategy": "single",
             "preset": args.preset,
@@ -144,11 +143,9 @@ def run_bare(config) -> dict:
     """The plainest training loop over mtb's model, data and optimizer settings."""
     import torch
 
-    from mtb.data import SyntheticTokens
-    from mtb.distributed import resolve_device_type
-    from mtb.model import GPT
+    from mtb.api import GPT, SyntheticTokens, distributed
 
-    device = torch.device(resolve_device_type(config.launch.device))
+    device = torch.device(distributed.resolve_device_type(config.launch.device))
     cuda = device.type == "cuda"
     torch.manual_seed(config.data.seed)
     model = GPT(config.model).to(device)
@@ -200,7 +197,7 @@ def make_plugin_manager(stamps: StepTimestamps):
 
     Third-party observer hooks would add their own cost; this measures core.
     """
-    from mtb.plugins import build_plugin_manager
+    from mtb.api import build_plugin_manager
 
     pm = build_plugin_manager(load_entry_points=False)
     pm.register(stamps, name="bench-step-timestamps")
@@ -209,11 +206,11 @@ def make_plugin_manager(stamps: StepTimestamps):
 
 def run_mtb(config, pm, stamps: StepTimestamps) -> dict:
     """mtb's one-rank path, exactly as ``mtb run --strategy single`` takes it."""
-    from mtb.launcher import launch
+    from mtb.api import run_training
 
     stamps.reset()
     with contextlib.redirect_stdout(io.StringIO()):  # its summary table, printed after the steps
-        document = launch(config, pm)
+        document = run_training(config, pm)
     training = config.training
     trial = document["trials"][0]
     return {
@@ -230,7 +227,7 @@ def run_mtb(config, pm, stamps: StepTimestamps) -> dict:
 def measure_harness(args, console) -> dict:
     import torch
 
-    from mtb import config as config_mod
+    from mtb.api import config_to_dict
 
     if args.warmup_steps < 1:
         raise SystemExit("bench: --warmup-steps must be >= 1 for the harness measurement")
@@ -259,7 +256,7 @@ def measure_harness(args, console) -> dict:
                     f"{outcome['tokens_per_s_median_step']:,.1f} tokens/s (median step), "
                     f"{outcome['tokens_per_s']:,.1f} (total time)"
                 )
-    return summarize_harness(args, config_mod.to_dict(config), bare_rounds, mtb_rounds)
+    return summarize_harness(args, config_to_dict(config), bare_rounds, mtb_rounds)
 
 
 def summarize_harness(args, config: dict, bare_rounds: list, mtb_rounds: list) -> dict:
@@ -448,13 +445,18 @@ def render(console, harness: dict | None, startup: dict | None, distributed: dic
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from mtb import provenance
-    from mtb.plugins import build_plugin_manager
-    from mtb.reporting import write_atomic
+    from mtb.api import (
+        build_plugin_manager,
+        document_provenance,
+        plugin_list,
+        result_document,
+        utc_now,
+        write_atomic,
+    )
 
     args = parse_args(argv)
     console = Console(highlight=False)
-    started = provenance.utc_now()
+    started = utc_now()
     load_before = os.getloadavg()
     startup = None if args.skip_startup else measure_startup(args, console)
     harness = None if args.skip_harness else measure_harness(args, console)
@@ -465,35 +467,26 @@ def main(argv: list[str] | None = None) -> int:
         distributed = measure_distributed(args, HARNESS_TARGET_RATIO, console)
     render(console, harness, startup, distributed)
 
-    plugins = [
-        {"name": i.name, "distribution": i.distribution, "version": i.version}
-        for i in build_plugin_manager(load_entry_points=False).plugin_infos()
-    ]
+    plugins = plugin_list(build_plugin_manager(load_entry_points=False))
     checks = [m["pass"] for m in (harness, startup, *distributed.values()) if m is not None]
     if startup is not None:
         checks.append(not startup["torch_imported"])
-    document = {
-        "kind": "bench",
-        "schema_version": SCHEMA_VERSION,
-        "status": "ok",
-        "pass": all(checks),
-        "settings": {k: v for k, v in vars(args).items() if k != "output"},
-        "targets": {
+    document = result_document(
+        "bench",
+        **{"pass": all(checks)},
+        settings={k: v for k, v in vars(args).items() if k != "output"},
+        targets={
             "harness_tokens_per_s_ratio_min": HARNESS_TARGET_RATIO,
             "startup_median_s_max": STARTUP_TARGET_S,
         },
-        "harness": harness,
-        "startup": startup,
-        "distributed": distributed,
+        harness=harness,
+        startup=startup,
+        distributed=distributed,
         # other processes on the machine are the main source of noise
-        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
-        "cpu_count": os.cpu_count(),
-        "provenance": {
-            **provenance.collect(plugins),
-            "start_utc": started,
-            "end_utc": provenance.utc_now(),
-        },
-    }
+        load_average={"before": list(load_before), "after": list(os.getloadavg())},
+        cpu_count=os.cpu_count(),
+        provenance=document_provenance(plugins, started=started),
+    )
     path = write_atomic(args.output, json.dumps(document, indent=2, allow_nan=False) + "\n")
     console.print(f"result written to {path}")
     return 1 if args.check and not document["pass"] else 0

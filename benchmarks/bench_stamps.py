@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from mtb import hookimpl
+from mtb.api import hookimpl
 
 ENDS: list[float] = []
 

@@ -20,8 +20,7 @@ from harness import run_mtb
 from rich.console import Console
 from rich.table import Table
 
-from mtb import provenance
-from mtb.reporting import write_atomic
+from mtb.api import document_provenance, result_document, write_atomic
 
 TARGET_BLOCKED_RATIO = 0.25
 MODES = ("none", "sync", "async")
@@ -120,15 +119,15 @@ def main(argv=None) -> int:
     console.print(
         f"async blocked / sync blocked = {ratio:.3f} (target <= {TARGET_BLOCKED_RATIO}: {verdict})"
     )
-    document = {
-        "kind": "bench_checkpoint",
-        "settings": vars(args),
-        "results": results,
-        "async_blocked_ratio": ratio,
-        "target_blocked_ratio": TARGET_BLOCKED_RATIO,
-        "target_met": ratio <= TARGET_BLOCKED_RATIO,
-        "provenance": provenance.collect([]),
-    }
+    document = result_document(
+        "bench_checkpoint",
+        settings=vars(args),
+        results=results,
+        async_blocked_ratio=ratio,
+        target_blocked_ratio=TARGET_BLOCKED_RATIO,
+        target_met=ratio <= TARGET_BLOCKED_RATIO,
+        provenance=document_provenance([]),
+    )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.output, json.dumps(document, indent=2) + "\n")
     return 0 if document["target_met"] else 1

@@ -71,15 +71,14 @@ def overhead_worker(spec) -> dict:
 
 
 def overhead(args) -> dict:
-    from mtb.config import LaunchConfig
+    from mtb.api import LaunchConfig, run_function
     from mtb_comm.config import CommConfig
-    from mtb_comm.launch import run_on_ranks
 
     launch = LaunchConfig(nproc_per_node=2)
     config = CommConfig(iters=args.overhead_iters, warmup=WARMUP, launch=launch)
     spec = _Spec(config=config, rounds=args.rounds)
     os.environ["OMP_NUM_THREADS"] = "1"
-    _, per_rank = run_on_ranks(_entry, spec)
+    _, per_rank = run_function(spec.launch, _entry, spec)
     rounds = [
         {side: max(rank[side][i] for rank in per_rank) for side in ("bare_us", "mtb_us")}
         for i in range(args.rounds)

@@ -38,7 +38,7 @@ def rates(step_ends: list[float], warmup: int, tokens_per_step: int) -> dict:
 
 
 def stats(values: list[float]) -> dict:
-    from mtb.metrics import summarize
+    from mtb.api import summarize
 
     return summarize(values)
 

@@ -24,9 +24,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 
 def make_config(args, strategy: str, output: str):
-    from mtb import config as config_mod
+    from mtb import api
 
-    return config_mod.resolve(
+    return api.resolve_config(
         flags={
             "strategy": strategy,
             "preset": args.preset,
@@ -60,10 +60,10 @@ def tokens_per_step(config) -> int:
 
 
 def run_bare(args, config, tmp: Path) -> dict:
-    from mtb import config as config_mod
+    from mtb import api
 
     config_path, out = tmp / "config.json", tmp / "bare.json"
-    config_path.write_text(json.dumps(config_mod.to_dict(config)))
+    config_path.write_text(json.dumps(api.config_to_dict(config)))
     script = BENCH_DIR / "bare_distributed.py"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command = [*torchrun, "--nproc-per-node", args.nproc, script, config.strategy, config_path, out]
@@ -74,10 +74,10 @@ def run_bare(args, config, tmp: Path) -> dict:
 
 
 def run_mtb(args, config, tmp: Path) -> dict:
-    from mtb import config as config_mod
+    from mtb import api
 
     toml, stamps = tmp / "run.toml", tmp / "stamps.json"
-    toml.write_text(config_mod.to_toml(config))
+    toml.write_text(api.config_to_toml(config))
     env = child_env(
         args,
         MTB_LOAD_PLUGINS="strategies",
@@ -95,7 +95,7 @@ def run_mtb(args, config, tmp: Path) -> dict:
 
 
 def measure_strategy(args, strategy: str, target: float, console) -> dict:
-    from mtb import config as config_mod
+    from mtb import api
 
     bare_rounds, mtb_rounds = [], []
     with tempfile.TemporaryDirectory(prefix="mtb-bench-") as tmp:
@@ -115,7 +115,7 @@ def measure_strategy(args, strategy: str, target: float, console) -> dict:
     return {
         "strategy": strategy,
         "nproc": args.nproc,
-        "config": config_mod.to_dict(config),
+        "config": api.config_to_dict(config),
         **compare_rounds(bare_rounds, mtb_rounds, target),
     }
 

@@ -24,8 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from mtb.memory import format_size
-from mtb.reporting import write_atomic
+from mtb.api import format_size, write_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:

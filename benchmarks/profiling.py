@@ -20,9 +20,13 @@ from harness import run_mtb
 from rich.console import Console
 from rich.table import Table
 
-from mtb import provenance
-from mtb.profiling import trace
-from mtb.reporting import write_atomic
+from mtb.api import (
+    analyse_trace,
+    document_provenance,
+    load_trace,
+    result_document,
+    write_atomic,
+)
 
 TARGET_OVERHEAD = 0.5
 
@@ -55,7 +59,7 @@ def trace_cost(profile: dict) -> dict:
     for name in profile["traces"]:
         path = Path(profile["directory"]) / name
         started = time.perf_counter()
-        trace.analyse(trace.load(path))
+        analyse_trace(load_trace(path))
         seconds.append(time.perf_counter() - started)
         sizes.append(path.stat().st_size)
     return {"trace_bytes": sizes, "analyse_s": seconds}
@@ -104,15 +108,15 @@ def main(argv=None) -> int:
     met = worst <= TARGET_OVERHEAD
     print(f"worst overhead {worst * 100:.1f} % (target <= {TARGET_OVERHEAD * 100:.0f} %: "
           f"{'met' if met else 'MISSED'})")  # fmt: skip
-    document = {
-        "kind": "bench_profiling",
-        "settings": vars(args),
-        "results": results,
-        "worst_overhead_ratio": worst,
-        "target_overhead_ratio": TARGET_OVERHEAD,
-        "target_met": met,
-        "provenance": provenance.collect([]),
-    }
+    document = result_document(
+        "bench_profiling",
+        settings=vars(args),
+        results=results,
+        worst_overhead_ratio=worst,
+        target_overhead_ratio=TARGET_OVERHEAD,
+        target_met=met,
+        provenance=document_provenance([]),
+    )
     write_atomic(args.output, json.dumps(document, indent=2) + "\n")
     return 0 if met else 1
 

@@ -19,9 +19,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from mtb import provenance
-from mtb.plugins import build_plugin_manager
-from mtb.reporting import write_atomic
+from mtb.api import (
+    build_plugin_manager,
+    document_provenance,
+    result_document,
+    utc_now,
+    write_atomic,
+)
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3")
 
@@ -138,23 +142,18 @@ def table(rows: list[dict], preset: str) -> Table:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = provenance.utc_now()
+    started = utc_now()
     with tempfile.TemporaryDirectory(prefix="mtb-strategies-") as tmp:
         docs = [run_one(s, args, Path(tmp)) for s in args.strategies.split(",")]
     rows = [row(doc) for doc in docs]
     Console(width=160).print(table(rows, args.preset))
-    document = {
-        "kind": "bench-strategies",
-        "schema_version": 1,
-        "settings": vars(args),
-        "rows": rows,
-        "results": docs,
-        "provenance": {
-            **provenance.collect([]),
-            "start_utc": started,
-            "end_utc": provenance.utc_now(),
-        },
-    }
+    document = result_document(
+        "bench-strategies",
+        settings=vars(args),
+        rows=rows,
+        results=docs,
+        provenance=document_provenance([], started=started),
+    )
     write_atomic(args.output, json.dumps(document, indent=2) + "\n")
     print(f"written to {args.output}")
     return 0

@@ -57,7 +57,7 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
 
 
 def test_a_killed_rank_is_blamed_before_peers_that_failed_or_were_stopped():
-    from mtb.launcher import _root_failure
+    from mtb.launch import _root_failure
 
     def failure(exitcode, timestamp, message="RuntimeError: Connection closed by peer", data=None):
         data = data or {}

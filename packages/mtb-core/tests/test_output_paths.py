@@ -163,13 +163,13 @@ def test_two_concurrent_runs_on_one_output_keep_both_results(places):
 
 @pytest.mark.timeout(60)
 def test_default_output_never_names_an_existing_result(tmp_path, monkeypatch):
-    from mtb.launcher import default_output
+    from mtb.documents import default_output
 
     monkeypatch.chdir(tmp_path)
-    first = Path(default_output("single"))
+    first = Path(default_output("run", "single"))
     first.parent.mkdir()
     first.write_text("{}")
-    second = Path(default_output("single"))
+    second = Path(default_output("run", "single"))
     assert second != first and not second.exists()
 
 

@@ -1,5 +1,6 @@
 """Plugin loading: entry points, built-ins, duplicates, broken plugins, allow-list."""
 
+import json
 import textwrap
 
 import pytest
@@ -56,6 +57,34 @@ def test_builtins_register_through_the_same_hooks(pm):
     assert pm.registry("reporter").names() == ["json", "jsonl"]
     assert pm.registry("strategy").items["single"].plugin == "mtb.strategies.single"
     assert pm.info("mtb.strategies.single").distribution == "mtb-core"
+
+
+CORE_COMMANDS = ["checkpoint", "doctor", "estimate-memory", "fault", "matrix", "plugins"]
+CORE_COMMANDS += ["profile", "run"]
+
+
+@pytest.mark.timeout(60)
+def test_core_commands_come_from_a_builtin_plugin_through_mtb_register_commands(pm):
+    from click.testing import CliRunner
+
+    from mtb.cli import make_cli
+
+    assert sorted(make_cli(pm).commands) == CORE_COMMANDS
+    hooks = {impl.plugin_name for impl in pm.hook.mtb_register_commands.get_hookimpls()}
+    assert hooks == {"mtb.cli.commands"}
+    listed = CliRunner().invoke(make_cli(pm), ["plugins", "--json"])
+    assert listed.exit_code == 0, listed.output
+    entry = next(e for e in json.loads(listed.output) if e["name"] == "mtb.cli.commands")
+    assert entry["distribution"] == "mtb-core" and entry["builtin"]
+    assert [c["name"] for c in entry["registers"]["commands"]] == CORE_COMMANDS
+
+
+@pytest.mark.timeout(60)
+def test_disabling_the_builtin_commands_plugin_leaves_an_empty_cli(monkeypatch):
+    from mtb.cli import make_cli
+
+    monkeypatch.setenv("MTB_DISABLE_PLUGINS", "mtb.cli.commands")
+    assert make_cli(build_plugin_manager(load_entry_points=False)).commands == {}
 
 
 def test_entry_point_plugin_is_attributed_to_its_distribution(site, capsys):

@@ -51,7 +51,7 @@ def test_topology_command_exits_1_on_a_mismatch_or_a_failed_rank(cli, tmp_path, 
 
     from click.testing import CliRunner
 
-    import mtb.launcher
+    import mtb.api
     from mtb.errors import RunFailed
     from mtb_megatron import topology_check
 
@@ -72,7 +72,7 @@ def test_topology_command_exits_1_on_a_mismatch_or_a_failed_rank(cli, tmp_path, 
         (wrong_views, "megatron-core's groups differ from mtb's layout for 1x1"),
         (failed_rank, "rank 1 failed: RuntimeError: gloo connection refused"),
     ):
-        monkeypatch.setattr(mtb.launcher, "run_function", fake)
+        monkeypatch.setattr(mtb.api, "run_function", fake)
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines()[-1] == f"Error: {error}"

@@ -3,7 +3,7 @@
 import torch
 import torch.distributed as dist
 
-from mtb.engine import Engine, StepInfo
+from mtb.api import Engine, StepInfo
 
 
 def _process_group_world() -> int:

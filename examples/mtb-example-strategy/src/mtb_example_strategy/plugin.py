@@ -10,8 +10,7 @@ This module is what mtb imports to list plugins, so it must not import
 torch; the engine (which does) is imported inside ``setup``.
 """
 
-from mtb import hookimpl
-from mtb.strategy import Strategy
+from mtb.api import Strategy, hookimpl
 
 
 class LocalSGDStrategy(Strategy):

@@ -10,8 +10,7 @@ torch is imported only when a command runs.
 import attrs
 import click
 
-from mtb.cli.config_options import launch_options, option_for, split_launch
-from mtb.config import LaunchConfig
+from mtb.api import LaunchConfig, launch_options, option_for, split_launch
 from mtb_comm import config as cfg
 
 
@@ -35,7 +34,7 @@ def _build(cls, params: dict, **values):
 
 
 def _execute(kind: str, spec, measure, build, render):
-    from mtb.plugins import get_plugin_manager
+    from mtb.api import get_plugin_manager
     from mtb_comm import jobs
 
     pm = click.get_current_context().find_root().obj or get_plugin_manager()

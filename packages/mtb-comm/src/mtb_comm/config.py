@@ -7,8 +7,7 @@ stored in the result document.
 
 import attrs
 
-from mtb.config import LaunchConfig, setting
-from mtb.errors import ConfigError
+from mtb.api import ConfigError, LaunchConfig, setting
 
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 DTYPES = ("float32", "bfloat16", "float16")

@@ -4,7 +4,7 @@ Commands import torch inside their bodies, never here, so ``mtb --help``
 stays fast.
 """
 
-from mtb import hookimpl
+from mtb.api import hookimpl
 
 
 @hookimpl

@@ -8,8 +8,6 @@ summaries.py builds them from every rank's raw records.
 import attrs
 import cattrs
 
-from mtb.results import SCHEMA_VERSION
-
 
 @attrs.define(kw_only=True)
 class CommMeasurement:
@@ -84,7 +82,7 @@ class MoeRanks:
 @attrs.define(kw_only=True)
 class Document:
     kind: str
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int
     status: str
     error: str | None = None
     config: dict

@@ -23,14 +23,14 @@ def run(spec, measure):
     The environment carries ``nodes``, each node's provenance, for the document's
     provenance block.
     """
-    from mtb import distributed
+    from mtb.api import distributed
 
     # torch 2.13 points all_gather_into_tensor / reduce_scatter_tensor users to new names
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
     context = distributed.setup(spec)
     if not context.distributed:
         raise RuntimeError("mtb-comm workers need a process group (launch, or torchrun)")
-    from mtb.worker import node_provenance
+    from mtb.api import node_provenance
 
     value = measure(context, spec)
     gathered = distributed.gather(context, (socket.gethostname(), value))

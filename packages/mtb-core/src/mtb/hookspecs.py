@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # torch-free at run time: these modules are only named here
     from mtb.checkpoint.lifecycle import SaveRecord
     from mtb.context import RunContext
     from mtb.metrics import StepMetrics
+    from mtb.profiling.protocol import Profiler
     from mtb.reporting import Reporter
     from mtb.strategy import Strategy
 
@@ -51,14 +52,15 @@ def mtb_register_checkpoint_backends(
 
 
 @hookspec
-def mtb_register_profilers(register: Callable[[Any], None]) -> None:
+def mtb_register_profilers(register: "Callable[[Profiler], None]") -> None:
     """Register profilers.
 
-    Call ``register(profiler)`` with an object that has a ``name`` and
-    ``session(context, directory)``: a context manager around one trial on one
-    rank whose ``step()`` the trainer calls after every step, and which leaves
-    the rank's trace at ``path`` and its analysis in ``summary`` (the shape
-    :func:`mtb.profiling.trace.analyse` returns); rank 0 combines them.
+    Call ``register(profiler)`` with an :class:`mtb.api.Profiler` (a Protocol): a
+    ``name``, a ``description`` and ``session(context, directory)``: a context
+    manager around one trial on one rank whose ``step()`` the trainer calls
+    after every step, and which leaves the rank's trace at ``path`` and its
+    analysis in ``summary`` (the shape :func:`mtb.api.analyse_trace` returns);
+    rank 0 combines them.
     """
 
 
@@ -72,8 +74,11 @@ def mtb_register_reporters(register: "Callable[[Reporter], None]") -> None:
 
 
 @hookspec
-def mtb_register_commands(cli: "click.Group") -> None:
+def mtb_register_commands(cli: "click.Group", pm: "pluggy.PluginManager") -> None:
     """Add click sub-commands to the ``mtb`` group passed as ``cli``.
+
+    ``pm`` is the plugin manager the CLI is built from, for a command whose
+    options depend on what is registered (``pm.registry("strategy")``).
 
     Import heavy dependencies inside the command body, never at module level:
     ``mtb --help`` must stay fast and must not import torch.

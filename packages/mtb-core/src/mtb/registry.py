@@ -120,6 +120,8 @@ def call_each(pm, hook: str, arguments: Callable[[str], dict], undo: Callable[[s
     never stops the others; core's own PluginError (a clash) still stops.
     """
     for impl in getattr(pm.hook, hook).get_hookimpls():
+        if pm.get_plugin(impl.plugin_name) is None:  # dropped meanwhile, by a hook called here
+            continue
         try:
             call_with(impl, **arguments(impl.plugin_name))
         except PluginError:

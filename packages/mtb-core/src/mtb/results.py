@@ -12,9 +12,9 @@ import attrs
 import cattrs
 
 from mtb import config as config_mod
+from mtb.documents import result_document
 from mtb.metrics import max_across_ranks, mfu, summarize, tokens_per_second
 
-SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms", "step_ms")
 
@@ -249,14 +249,15 @@ def failure_document(
 
     return to_document(
         RunResult(
-            kind=document_kind(config),
-            schema_version=SCHEMA_VERSION,
-            status=status,
-            error=error,
+            **result_document(
+                document_kind(config),
+                status=status,
+                error=error,
+                plugins=plugins,
+                provenance=provenance,
+            ),
             config=config_mod.to_dict(config),
             config_fingerprint=config_mod.fingerprint(config),
-            plugins=plugins,
-            provenance=provenance,
             environment={},
             model={},
             trials=[],

@@ -5,23 +5,22 @@ under a hand-typed ``torchrun -m mtb run`` the CLI calls :func:`run` in-process.
 """
 
 import contextlib
-import faulthandler
 import json
 import os
 import socket
 import sys
 
-from mtb import calibration, components, distributed, lifeline, memory, provenance, run_reports
+from mtb import calibration, components, distributed, memory, provenance, run_reports
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
+from mtb.documents import document_provenance, plugin_list, result_document, write_result
 from mtb.errors import RunFailed, one_line
+from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
 from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
 from mtb.profiling import run as profiling
 from mtb.registry import call_with
-from mtb.reporting import write_atomic, write_new
 from mtb.results import (
-    SCHEMA_VERSION,
     RunResult,
     document_kind,
     reduce_trial,
@@ -29,13 +28,6 @@ from mtb.results import (
     to_document,
 )
 from mtb.trainer import Trainer
-
-
-def plugin_list(pm) -> list[dict]:
-    return [
-        {"name": i.name, "distribution": i.distribution, "version": i.version}
-        for i in pm.plugin_infos()
-    ]
 
 
 def torch_threads() -> int:
@@ -104,15 +96,6 @@ def train(context, pm) -> tuple[list, dict | None]:
         return [trainer.run_trial(i, on_step) for i in trials], None
 
 
-def node_provenance(context) -> list[dict]:
-    """Each node's own provenance (from its local rank 0), ordered by node rank."""
-    mine = None
-    if context.local_rank == 0:
-        node_rank = int(os.environ.get("GROUP_RANK", context.config.launch.node_rank))
-        mine = {"node_rank": node_rank, "first_rank": context.rank, **provenance.node()}
-    return [n for n in distributed.gather(context, mine) if n is not None]
-
-
 def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None) -> dict:
     """Rank 0: the result document from every rank's records (and profiles)."""
     cfg = context.config
@@ -136,12 +119,8 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         for i in range(cfg.training.repeat)
     ]
     plugins = plugin_list(pm)
-    prov = {
-        **provenance.collect(plugins, provenance.allowed_registries(cfg.allow_registry)),
-        "nodes": nodes,
-        "start_utc": started,
-        "end_utc": provenance.utc_now(),
-    }
+    allowed = provenance.allowed_registries(cfg.allow_registry)
+    prov = document_provenance(plugins, allowed, started=started, nodes=nodes)
     environment = {
         "world_size": context.world_size,
         "device": str(context.device.type),
@@ -165,14 +144,9 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         first_trials = [records_by_rank[r][0] for r in range(context.world_size)]
         profile = profiling.profile_part(cfg, context.world_size, first_trials, profiles)
     result = RunResult(
-        kind=document_kind(cfg),
-        schema_version=SCHEMA_VERSION,
-        status="ok",
-        error=None,
+        **result_document(document_kind(cfg), plugins=plugins, provenance=prov),
         config=config_mod.to_dict(cfg),
         config_fingerprint=config_mod.fingerprint(cfg),
-        plugins=plugins,
-        provenance=prov,
         environment=environment,
         model=model,
         trials=trials,
@@ -204,21 +178,6 @@ def checkpoint_record(records: list) -> dict | None:
         "blocked_s_total_per_rank": [r.checkpoint["blocked_s_total"] for r in records],
         "loaded_digests": digests_of([r.checkpoint["loaded_digests"] for r in records]),
     }
-
-
-def write_result(pm, document: dict, path: str, overwrite: bool = True) -> str:
-    """The JSON result at ``path``; without ``overwrite`` never over another run's file.
-
-    A file that appeared at ``path`` during the run (another run given the same
-    --output) is kept: this result goes beside it under a fresh name, said on stderr.
-    """
-    text = pm.registry("reporter").get("json").render([document])
-    if overwrite:
-        return str(write_atomic(path, text))
-    written = str(write_new(path, text))
-    if written != str(path):
-        print(f"mtb: {path} was written by another run meanwhile; kept it", file=sys.stderr)
-    return written
 
 
 def report(context, pm, document: dict) -> list[str]:
@@ -281,11 +240,6 @@ def run(config, pm) -> dict | None:
     return document
 
 
-def record_error(error: BaseException) -> None:
-    """One line on stderr and in torchelastic's error file, for the launcher to report."""
-    lifeline.record(one_line(error))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry of a launched worker: ``python -m mtb.worker CONFIG.json``."""
     from mtb.plugins import get_plugin_manager
@@ -301,21 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         record_error(error)
         return 1
     return 0
-
-
-def entry(main) -> None:
-    """Run a launched worker's ``main`` and leave without interpreter shutdown.
-
-    Shutdown runs the C++ destructors of gloo's and the store's threads in no
-    fixed order; a rank that had used DCP then sometimes aborted (``terminate
-    called without an active exception``) after its work was done. A native
-    abort before that still shows where Python was (faulthandler).
-    """
-    faulthandler.enable()
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from mtb import provenance
-from mtb.metrics import summarize
-from mtb.results import SCHEMA_VERSION
+from mtb.api import document_provenance, result_document, summarize, torch_info, utc_now
 from mtb_megatron import runner, validity
 from mtb_megatron.checkout import Checkout
 from mtb_megatron.config import MegatronConfig
@@ -80,7 +78,7 @@ def _error(records: list[dict]) -> str | None:
 
 def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mode: str) -> dict:
     """Launch every topology ``config.repeats`` times; the megatron result document."""
-    started = provenance.utc_now()
+    started = utc_now()
     logs = log_dir(config.output)
     launched = [
         [
@@ -90,7 +88,7 @@ def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mod
         for topology in config.topologies
     ]
     # read after the launches: asking torch about the GPUs must not touch them before
-    versions = {k: v for k, v in provenance.torch_info().items() if k in VERSION_KEYS}
+    versions = {k: v for k, v in torch_info().items() if k in VERSION_KEYS}
     image = validity.image_identity(config.image, dict(os.environ))
     context = {"megatron": checkout.to_dict(), "versions": versions}
     topologies, runs = [], []
@@ -99,28 +97,23 @@ def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mod
         topologies.append(_topology_summary(records, reasons))
         runs += [_flatten(r, not reasons) for r in records]
     reasons = list(dict.fromkeys(r for t in topologies for r in t["performance_reasons"]))
-    return {
-        "kind": "megatron",
-        "schema_version": SCHEMA_VERSION,
-        "mode": mode,
-        "status": "ok" if all(r["status"] == "ok" for r in runs) else "failed",
-        "error": _error(runs),
-        "evidence": config.evidence,
-        "performance_valid": not reasons,
-        "performance_reasons": reasons,
-        "config": to_dict(config),
-        "megatron": checkout.to_dict(),
-        "image": image,
-        "versions": versions,
-        "plugins": plugins,
-        "provenance": {
-            **provenance.collect(plugins),
-            "start_utc": started,
-            "end_utc": provenance.utc_now(),
-        },
-        "topologies": topologies,
-        "runs": runs,
-    }
+    return result_document(
+        "megatron",
+        status="ok" if all(r["status"] == "ok" for r in runs) else "failed",
+        error=_error(runs),
+        mode=mode,
+        evidence=config.evidence,
+        performance_valid=not reasons,
+        performance_reasons=reasons,
+        config=to_dict(config),
+        megatron=checkout.to_dict(),
+        image=image,
+        versions=versions,
+        topologies=topologies,
+        runs=runs,
+        plugins=plugins,
+        provenance=document_provenance(plugins, started=started),
+    )
 
 
 def to_dict(config) -> dict:

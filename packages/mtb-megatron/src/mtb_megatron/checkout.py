@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 
-from mtb.errors import ConfigError
+from mtb.api import ConfigError
 
 ENTRY_SCRIPT = "pretrain_gpt.py"
 PACKAGE_INFO = "megatron/core/package_info.py"

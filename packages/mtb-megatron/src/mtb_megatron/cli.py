@@ -6,15 +6,10 @@ builder; the launch options are core's own ``[launch]`` fields, so
 ``mtb run``. torch and megatron-core are imported only when a command runs.
 """
 
-import datetime as dt
-from pathlib import Path
-
 import attrs
 import click
 
-from mtb.cli.config_options import LAUNCH, option_for, split_launch
-from mtb.config import LaunchConfig
-from mtb.errors import ConfigError
+from mtb.api import LAUNCH_SECTION, ConfigError, LaunchConfig, option_for, split_launch
 from mtb_megatron import config as cfg
 from mtb_megatron.topology import all_topologies, parse_topologies, parse_topology
 
@@ -33,7 +28,7 @@ RUN_LAUNCH = (
 def _options(cls, launch: tuple[str, ...]):
     """One option per documented field of ``cls``, then the named launch fields."""
     fields = [(None, f) for f in attrs.fields(cls) if f.metadata.get("help")]
-    fields += [(LAUNCH, f) for f in attrs.fields(LaunchConfig) if f.name in launch]
+    fields += [(LAUNCH_SECTION, f) for f in attrs.fields(LaunchConfig) if f.name in launch]
 
     def decorate(command):
         for section, field in reversed(fields):
@@ -56,36 +51,34 @@ def _build(cls, params: dict, **values):
 
 def _with_output(config):
     """The config with its result path decided and checked (before any work)."""
-    from mtb.output_paths import check_file
+    from mtb.api import check_output, default_output
 
     if not config.output:
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        config = attrs.evolve(config, output=str(Path("results") / f"megatron-{stamp}.json"))
-    check_file("--output", config.output)
+        config = attrs.evolve(config, output=default_output("megatron"))
+    check_output("--output", config.output)
     return config
 
 
 def _plugin_manager():
-    from mtb.plugins import get_plugin_manager
+    from mtb.api import get_plugin_manager
 
     return click.get_current_context().find_root().obj or get_plugin_manager()
 
 
 def _write(pm, document: dict, path: str) -> None:
-    from mtb.worker import write_result
+    from mtb.api import write_result
 
     write_result(pm, document, path)
 
 
 def _console():
-    from mtb.console import plain_console, stdout
+    from mtb.api import plain_console, stdout
 
     return stdout if stdout.is_terminal else plain_console(width=140)
 
 
 def _benchmark(config: cfg.MegatronConfig, mode: str, dry_run: bool) -> None:
-    from mtb.errors import RunFailed
-    from mtb.worker import plugin_list
+    from mtb.api import RunFailed, plugin_list
     from mtb_megatron import benchmark, checkout, command, tables
 
     pinned = checkout.verify(config.megatron_dir, config.megatron_ref)
@@ -204,8 +197,7 @@ def topology_command(topologies, **params):
     (Megatron's order tp-cp-ep-dp-pp). Writes one JSON result (kind megatron,
     mode topology); exits 1 on any mismatch. No GPU needed.
     """
-    from mtb.errors import RunFailed
-    from mtb.worker import plugin_list
+    from mtb.api import RunFailed, plugin_list
     from mtb_megatron import tables, topology_check
 
     config = _build(cfg.TopologyCheckConfig, params)

@@ -8,8 +8,7 @@ they mean for ``mtb run``. The whole config is stored in the result document.
 
 import attrs
 
-from mtb.config import LaunchConfig, setting
-from mtb.errors import ConfigError
+from mtb.api import ConfigError, LaunchConfig, setting
 from mtb_megatron.topology import Topology
 
 PRECISIONS = ("bf16", "fp16", "fp32")

@@ -6,7 +6,7 @@
 command bodies, never here, so ``mtb --help`` stays fast.
 """
 
-from mtb import hookimpl
+from mtb.api import hookimpl
 
 
 @hookimpl

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from mtb.metrics import summarize
+from mtb.api import summarize
 from mtb_megatron import command, failures, gpu, intervals, logparse
 from mtb_megatron.checkout import Checkout
 from mtb_megatron.config import MegatronConfig

@@ -9,7 +9,7 @@ compares megatron-core's groups with this independent answer.
 
 import attrs
 
-from mtb.errors import ConfigError
+from mtb.api import ConfigError
 
 
 @attrs.frozen

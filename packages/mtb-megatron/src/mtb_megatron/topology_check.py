@@ -10,7 +10,7 @@ import warnings
 
 import attrs
 
-from mtb.config import LaunchConfig
+from mtb.api import LaunchConfig
 from mtb_megatron.topology import Topology, layout
 
 GROUPS = ("tp_group", "pp_group", "dp_group")
@@ -42,7 +42,7 @@ def rank_worker(spec: Spec):
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from mtb import distributed
+    from mtb.api import distributed
 
     context = distributed.setup(spec)
     views = []
@@ -96,16 +96,21 @@ def execute(config, plugins: list[dict]) -> dict:
     """Spawn the ranks, gather megatron-core's views, compare; the megatron result document."""
     from importlib.metadata import version
 
-    from mtb import provenance
-    from mtb.errors import RunFailed, UsageError
-    from mtb.launcher import LaunchTimeout, run_function
-    from mtb.results import SCHEMA_VERSION
+    from mtb.api import (
+        LaunchTimeout,
+        RunFailed,
+        UsageError,
+        document_provenance,
+        result_document,
+        run_function,
+        utc_now,
+    )
 
     if not _megatron_core_installed():
         raise UsageError(
             "megatron-core is not installed: pip install 'mtb-megatron[megatron-core]'"
         )
-    started = provenance.utc_now()
+    started = utc_now()
     launch = attrs.evolve(
         config.launch, nproc_per_node=config.world_size, device="cpu", backend="gloo"
     )
@@ -124,25 +129,20 @@ def execute(config, plugins: list[dict]) -> dict:
         wrong = [c["topology"] for c in checks if not c["ok"]]
         if wrong:
             error = f"megatron-core's groups differ from mtb's layout for {', '.join(wrong)}"
-    return {
-        "kind": "megatron",
-        "schema_version": SCHEMA_VERSION,
-        "mode": "topology",
-        "status": "ok" if error is None else "failed",
-        "error": error,
-        "config": {
+    return result_document(
+        "megatron",
+        status="ok" if error is None else "failed",
+        error=error,
+        mode="topology",
+        config={
             "world_size": config.world_size,
             "topologies": [t.name for t in config.topologies],
             "output": config.output,
             "launch": attrs.asdict(launch),
         },
-        "megatron_core": {"version": version("megatron-core")},
-        "layout_order": "tp-cp-ep-dp-pp",
-        "plugins": plugins,
-        "provenance": {
-            **provenance.collect(plugins),
-            "start_utc": started,
-            "end_utc": provenance.utc_now(),
-        },
-        "checks": checks,
-    }
+        megatron_core={"version": version("megatron-core")},
+        layout_order="tp-cp-ep-dp-pp",
+        checks=checks,
+        plugins=plugins,
+        provenance=document_provenance(plugins, started=started),
+    )

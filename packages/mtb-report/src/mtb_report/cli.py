@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from mtb.errors import UsageError
+from mtb.api import UsageError
 
 RENDER = "\0render"  # never typed: the group routes bare paths here
 
@@ -72,14 +72,13 @@ def reporter_for(pm, output: str | None, format_name: str | None):
 @click.pass_context
 def render_command(ctx, results, output, format_name, append):
     """Render result files and directories (searched recursively) as one report."""
-    from mtb.output_paths import check_file
-    from mtb.reporting import append_whole, write_atomic
+    from mtb.api import append_whole, check_output, write_atomic
     from mtb_report.loading import load
 
     reporter = reporter_for(ctx.find_root().obj, output, format_name)
     check_append(reporter, output, append)
     if output:
-        check_file("--output", output)
+        check_output("--output", output)
     text = reporter.render(load(list(results)))
     if output:
         (append_whole if append else write_atomic)(output, text)
@@ -166,11 +165,10 @@ def evidence_group():
 )
 def manifest_command(directory, output):
     """Record each result file's SHA256, kind, status, command and provenance."""
-    from mtb.output_paths import check_file
-    from mtb.reporting import write_atomic
+    from mtb.api import check_output, write_atomic
     from mtb_report.evidence import build_manifest
 
-    check_file("--output", output)
+    check_output("--output", output)
     manifest = build_manifest(Path(directory), Path(output))
     write_atomic(output, json.dumps(manifest, indent=2) + "\n")
     click.echo(f"wrote {output}: {len(manifest['files'])} file(s)", err=True)

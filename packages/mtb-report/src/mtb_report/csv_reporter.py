@@ -4,7 +4,7 @@ import csv
 import io
 import json
 
-from mtb.reporting import Reporter
+from mtb.api import Reporter
 from mtb_report import grouping
 from mtb_report.records import train_record
 

@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from mtb.errors import UsageError
+from mtb.api import UsageError
 from mtb_report import grouping
 from mtb_report.loading import MANIFEST_KIND, check_document, read_json
 

@@ -2,7 +2,7 @@
 
 import json
 
-from mtb.metrics import above_peak
+from mtb.api import above_peak
 
 DASH = "—"
 

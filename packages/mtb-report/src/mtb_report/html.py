@@ -3,7 +3,7 @@
 import base64
 from html import escape
 
-from mtb.reporting import Reporter
+from mtb.api import Reporter
 from mtb_report.model import Report, Table
 from mtb_report.plots import figures
 from mtb_report.tables import build_report

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import cattrs
 
-from mtb.errors import UsageError
-from mtb.results import SCHEMA_VERSION, STATUSES, from_document
+from mtb.api import SCHEMA_VERSION, STATUSES, UsageError, from_document
 
 MANIFEST_KIND = "evidence_manifest"
 

@@ -1,6 +1,6 @@
 """``markdown``: the report as GitHub-flavoured Markdown tables."""
 
-from mtb.reporting import Reporter
+from mtb.api import Reporter
 from mtb_report.model import Report, Table
 from mtb_report.tables import build_report
 

@@ -4,7 +4,7 @@ Reporter classes are light (plain Python); matplotlib is imported only when a
 plot is drawn, and nothing here imports torch.
 """
 
-from mtb.hookspecs import hookimpl
+from mtb.api import hookimpl
 
 
 @hookimpl

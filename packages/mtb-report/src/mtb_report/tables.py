@@ -1,6 +1,6 @@
 """The report model from result documents: sections per environment, tables per group."""
 
-from mtb.metrics import above_peak
+from mtb.api import above_peak
 from mtb_report import grouping
 from mtb_report.formatting import DASH, cell, mean_std, mfu, number, percent, size
 from mtb_report.kinds import kind_tables

@@ -1,6 +1,6 @@
 """An engine base that reports the gradient synchronisations its strategy counted."""
 
-from mtb.engine import Engine
+from mtb.api import Engine
 from mtb_strategies.sync_modes import SyncCounter
 
 

@@ -2,7 +2,7 @@
 
 import importlib
 
-from mtb.strategy import Strategy
+from mtb.api import Strategy
 from mtb_strategies.sync_modes import resolve_sync_mode
 
 

@@ -5,7 +5,7 @@ import contextlib
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from mtb.engine import cpu_copy
+from mtb.api import cpu_copy
 from mtb_strategies.counted_engine import CountedSyncEngine
 from mtb_strategies.sync_modes import SyncCounter
 

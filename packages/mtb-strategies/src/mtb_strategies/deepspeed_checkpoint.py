@@ -8,8 +8,7 @@ written: its save is not atomic by itself).
 
 from pathlib import Path
 
-from mtb.checkpoint.backend import CheckpointBackend
-from mtb.errors import RunFailed
+from mtb.api import CheckpointBackend, RunFailed
 
 PAYLOAD = "deepspeed"
 TAG = "state"

@@ -82,7 +82,7 @@ def stale_locks(root: Path | None = None, confirm_s: float = RELEASE_WINDOW_S) -
 
 def check_no_stale_lock() -> None:
     """UsageError naming a stale lock and how to remove it, before a run waits on it."""
-    from mtb.errors import UsageError
+    from mtb.api import UsageError
 
     stale = stale_locks()
     if stale:

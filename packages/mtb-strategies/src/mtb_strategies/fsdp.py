@@ -8,7 +8,7 @@ cost of unsharded gradient memory.
 
 from typing import ClassVar
 
-from mtb.strategy import StrategyOption
+from mtb.api import StrategyOption
 from mtb_strategies.data_parallel import TorchDataParallelStrategy
 
 

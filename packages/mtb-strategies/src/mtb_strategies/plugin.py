@@ -7,7 +7,7 @@ checkpoint backend the ZeRO strategies save with. torch and deepspeed are
 imported inside ``Strategy.setup``, never here.
 """
 
-from mtb import hookimpl
+from mtb.api import hookimpl
 from mtb_strategies.ddp import DDPStrategy
 from mtb_strategies.deepspeed_checkpoint import DeepSpeedBackend
 from mtb_strategies.fsdp import FSDPStrategy

@@ -1,7 +1,6 @@
 """Gradient synchronisation under accumulation: requested vs resolved modes."""
 
-from mtb.config import SYNC_MODES
-from mtb.errors import ConfigError
+from mtb.api import SYNC_MODES, ConfigError
 
 USER_MODES = tuple(m for m in SYNC_MODES if m != "auto")
 

@@ -8,8 +8,7 @@ the result. DeepSpeed owns accumulation, so the sync mode is its own.
 
 from typing import ClassVar
 
-from mtb.errors import UsageError
-from mtb.strategy import Strategy, StrategyOption
+from mtb.api import Strategy, StrategyOption, UsageError
 from mtb_strategies.extension_locks import check_no_stale_lock
 from mtb_strategies.sync_modes import resolve_sync_mode
 

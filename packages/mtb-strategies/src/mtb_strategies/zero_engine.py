@@ -4,8 +4,7 @@ import contextlib
 import json
 import os
 
-from mtb.engine import Engine, ModelStateBytes, StepInfo
-from mtb.errors import ConfigError
+from mtb.api import ConfigError, Engine, ModelStateBytes, StepInfo
 from mtb_strategies.sync_modes import SyncCounter
 
 #: deepspeed.comm functions that reduce gradients; counted while backward runs

@@ -44,7 +44,7 @@ def _parameters(module, stage: int):
 
 
 def zero_state_bytes(ds_engine, stage: int):
-    from mtb.engine import ModelStateBytes
+    from mtb.api import ModelStateBytes
 
     optimizer = ds_engine.optimizer
     if stage < 3:

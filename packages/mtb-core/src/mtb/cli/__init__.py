@@ -1,7 +1,9 @@
 """The ``mtb`` command line: a click group built from a plugin manager.
 
 ``make_cli(pm)`` builds a fresh group so tests can drive the CLI over a
-plugin manager of their own; ``main`` uses the process-wide one.
+plugin manager of their own; ``main`` uses the process-wide one. Every
+command, core's own included (mtb.cli.commands), comes from a plugin's
+``mtb_register_commands``.
 """
 
 import click
@@ -10,7 +12,19 @@ from mtb.errors import MtbError
 
 
 class MtbGroup(click.Group):
-    """Turns MtbError into one line on stderr and its exit code (never a traceback)."""
+    """Turns MtbError into one line on stderr and its exit code (never a traceback).
+
+    Remembers which plugin added each command (``command_plugins``), for ``mtb plugins``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.command_plugins: dict[str, str] = {}
+        self.adding_plugin: str | None = None
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        super().add_command(cmd, name)
+        self.command_plugins[name or cmd.name] = self.adding_plugin
 
     def invoke(self, ctx):
         try:
@@ -22,13 +36,6 @@ class MtbGroup(click.Group):
 
 def make_cli(pm) -> click.Group:
     from mtb import __version__
-    from mtb.cli.checkpoint_command import checkpoint_group
-    from mtb.cli.doctor_command import doctor_command
-    from mtb.cli.estimate_command import estimate_command
-    from mtb.cli.matrix_command import matrix_group
-    from mtb.cli.plugins_command import plugins_command
-    from mtb.cli.run_command import build_run_command
-    from mtb.fault.command import fault_group
 
     @click.group(cls=MtbGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(
@@ -43,14 +50,6 @@ def make_cli(pm) -> click.Group:
         """
         ctx.obj = pm
 
-    cli.add_command(build_run_command(pm))
-    cli.add_command(build_run_command(pm, "profile"))
-    cli.add_command(plugins_command)
-    cli.add_command(fault_group)
-    cli.add_command(checkpoint_group)
-    cli.add_command(doctor_command)
-    cli.add_command(matrix_group)
-    cli.add_command(estimate_command)
     register_commands(pm, cli)
     return cli
 
@@ -64,7 +63,8 @@ def register_commands(pm, cli: click.Group) -> None:
     def arguments(plugin: str) -> dict:
         before.clear()
         before.update(cli.commands)
-        return {"cli": cli}
+        cli.adding_plugin = plugin
+        return {"cli": cli, "pm": pm}
 
     def undo(plugin: str) -> None:
         cli.commands = dict(before)

@@ -126,7 +126,8 @@ def verify_command(pm, left, right, output, device, timeout_s):
     and compare model, optimizer, scheduler, train state and each rank's RNG.
     Writes a JSON diagnosis; exits 1 naming what is damaged or differs.
     """
-    from mtb.checkpoint.verify import diagnosis, self_check
+    from mtb.checkpoint.verify import self_check
+    from mtb.checkpoint_compare import diagnosis
     from mtb.output_paths import check_file
     from mtb.reporting import write_atomic
 

@@ -12,12 +12,12 @@ from typing import Any
 import attrs
 import click
 
-from mtb.config import OPTION_SECTIONS, SECTIONS, LaunchConfig, RunConfig
+from mtb.config import SECTIONS, LaunchConfig, RunConfig
 from mtb.errors import PluginError
+from mtb.flags import SEPARATOR
 from mtb.options import section as options_table
 from mtb.registry import KINDS, declared_options
 
-SEPARATOR = "__"
 LAUNCH = LaunchConfig.SECTION
 PARAM_TYPES: dict[object, click.ParamType] = {int: click.INT, float: click.FLOAT}
 
@@ -190,15 +190,3 @@ class GroupedOptionsCommand(click.Command):
         for title, rows in sections.items():
             with formatter.section(title):
                 formatter.write_dl(rows)
-
-
-def flags_from(params: dict) -> dict:
-    """Click's flat parameters back into the TOML-shaped dict ``config.resolve`` takes."""
-    flags: dict = {table: {} for table in [*SECTIONS, *OPTION_SECTIONS]}
-    for name, value in params.items():
-        if SEPARATOR in name:
-            table, key = name.split(SEPARATOR, 1)
-            flags[table][key] = value
-        else:
-            flags[name] = value
-    return flags

@@ -1,8 +1,6 @@
 """``mtb doctor``: diagnose this node (and, with --nnodes, the links between nodes)."""
 
-import datetime as dt
 import os
-from pathlib import Path
 
 import click
 
@@ -22,11 +20,6 @@ def quiet_cpp_logs(environ=os.environ) -> None:
     """
     if not environ.get("MTB_DEBUG"):
         environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
-
-
-def default_output() -> str:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return str(Path("results") / f"doctor-{stamp}.json")
 
 
 def _launch(params: dict, environ: dict):
@@ -67,11 +60,11 @@ def doctor_command(pm, /, skip_connectivity, probe_mib, output, **params):
     from mtb import provenance
     from mtb.console import stdout
     from mtb.doctor import document
+    from mtb.documents import default_output, plugin_list
     from mtb.output_paths import check_file
     from mtb.reporting import write_atomic
-    from mtb.worker import plugin_list
 
-    path = output or default_output()
+    path = output or default_output("doctor")
     check_file("--output", path)
     launch = _launch(params, dict(os.environ))
     started = provenance.utc_now()

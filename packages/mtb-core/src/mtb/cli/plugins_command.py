@@ -9,13 +9,26 @@ import click
 from mtb.registry import KINDS
 
 
-def describe(pm) -> list[dict]:
+def _command_registry(cli) -> dict[str, list]:
+    """Plugin -> the commands it added to ``cli`` (none when unknown)."""
+    added = getattr(cli, "command_plugins", {})
+    by_plugin: dict[str, list] = {}
+    for name in sorted(getattr(cli, "commands", {})):
+        by_plugin.setdefault(added.get(name), []).append(
+            {"name": name, "available": True, "unavailable_reason": None}
+        )
+    return by_plugin
+
+
+def describe(pm, cli=None) -> list[dict]:
     """One entry per plugin: distribution, version, hooks and registered names.
 
-    Plugins that are not in use follow, with their ``status`` (failed,
-    disabled, skipped) and the ``reason``.
+    ``cli``: the ``mtb`` group, whose commands are listed under the plugin
+    that added each. Plugins that are not in use follow, with their
+    ``status`` (failed, disabled, skipped) and the ``reason``.
     """
     registries = pm.registries()
+    commands = _command_registry(cli)
     entries = []
     for name, plugin in pm.list_name_plugin():
         info = pm.info(name)
@@ -32,6 +45,8 @@ def describe(pm) -> list[dict]:
                     }
                     for e in items
                 ]
+        if name in commands:
+            registers["commands"] = commands[name]
         entries.append(
             {
                 "name": name,
@@ -84,7 +99,7 @@ def _unavailable(entries: list[dict]) -> list[str]:
 @click.pass_obj
 def plugins_command(pm, as_json):
     """List loaded plugins, the hooks they implement and the names they register."""
-    entries = describe(pm)
+    entries = describe(pm, click.get_current_context().find_root().command)
     if as_json:
         click.echo(json.dumps(entries, indent=2))
         return

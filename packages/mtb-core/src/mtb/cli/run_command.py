@@ -5,10 +5,10 @@ import click
 from mtb.cli.config_options import (
     GroupedOptionsCommand,
     config_options,
-    flags_from,
     plugin_option_groups,
     plugin_options,
 )
+from mtb.flags import flags_from
 
 RUN_HELP = """Train the synthetic-token GPT workload with one strategy and report its numbers.
 

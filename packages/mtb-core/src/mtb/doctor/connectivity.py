@@ -64,7 +64,7 @@ def measure(context, spec: ProbeSpec) -> dict:
 def rank_side(spec: ProbeSpec) -> dict | None:
     """A launched rank: join, measure, gather to rank 0, leave."""
     from mtb import distributed
-    from mtb.worker import node_provenance
+    from mtb.launch import node_provenance
 
     context = distributed.setup(spec)
     if not context.distributed:
@@ -111,7 +111,7 @@ def summarize(gathered: dict, probe_bytes: int, elapsed_s: float) -> Check:
 def _cause(error: BaseException) -> str:
     """One line for a failed launch, from the innermost error (torch wraps the socket's)."""
     from mtb.errors import one_line
-    from mtb.launcher import LaunchTimeout
+    from mtb.launch import LaunchTimeout
 
     if isinstance(error, LaunchTimeout):
         return f"nothing answered in time ({error})"
@@ -121,14 +121,14 @@ def _cause(error: BaseException) -> str:
 
 
 def checks(launch: LaunchConfig, probe_bytes: int, skip: bool) -> list[Check]:
-    from mtb import launcher
+    from mtb import launch as launch_layer
 
     if skip:
         return [Check(name="all_reduce", area=AREA, status=SKIPPED, message="--skip-connectivity")]
     started = time.perf_counter()
     spec = ProbeSpec(launch=launch, probe_bytes=probe_bytes)
     try:
-        gathered = launcher.run_function(launch, rank_side, spec)
+        gathered = launch_layer.run_function(launch, rank_side, spec)
     except Exception as error:  # the rendezvous failing in any way is this check's answer
         where = f" at {launch.rdzv_endpoint}" if launch.rdzv_endpoint else ""
         message = f"no process group of {launch.world_size} ranks{where}: {_cause(error)}"

@@ -25,25 +25,19 @@ def run_checks(launch, probe_bytes: int, skip_connectivity: bool) -> list[chk.Ch
 
 
 def build(checks: list[chk.Check], launch, plugins: list[dict], started: str) -> dict:
-    from mtb import provenance
-    from mtb.results import SCHEMA_VERSION
+    from mtb.documents import document_provenance, result_document
 
     verdict = chk.worst(checks)
-    return {
-        "kind": "doctor",
-        "schema_version": SCHEMA_VERSION,
-        "status": "failed" if verdict == chk.FAIL else "ok",
-        "error": _first_failure(checks),
-        "verdict": verdict,
-        "counts": {s: sum(c.status == s for c in checks) for s in chk.STATUSES},
-        "launch": attrs.asdict(launch),
-        "checks": [attrs.asdict(c) for c in checks],
-        "provenance": {
-            **provenance.collect(plugins),
-            "start_utc": started,
-            "end_utc": provenance.utc_now(),
-        },
-    }
+    return result_document(
+        "doctor",
+        status="failed" if verdict == chk.FAIL else "ok",
+        error=_first_failure(checks),
+        verdict=verdict,
+        counts={s: sum(c.status == s for c in checks) for s in chk.STATUSES},
+        launch=attrs.asdict(launch),
+        checks=[attrs.asdict(c) for c in checks],
+        provenance=document_provenance(plugins, started=started),
+    )
 
 
 def _first_failure(checks: list[chk.Check]) -> str | None:

@@ -1,6 +1,5 @@
 """``mtb fault smoke``: run the fault scenarios and write one ``fault`` result document."""
 
-import datetime as dt
 import tempfile
 import time
 from pathlib import Path
@@ -31,11 +30,6 @@ def _check_strategy(pm, name: str) -> None:
     strategy = pm.registry("strategy").get(name)
     if strategy.max_world_size is not None and strategy.max_world_size < 2:
         raise UsageError(f"--strategy: {name!r} runs on one rank; the smokes need 2")
-
-
-def default_output() -> str:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return str(Path("results") / f"fault-{stamp}.json")
 
 
 @fault_group.command("smoke")
@@ -71,12 +65,13 @@ def smoke_command(pm, scenarios, strategy, workdir, output, timeout_s):
     document (kind "fault") and prints a table; exits 1 when any scenario fails.
     """
     from mtb.console import stdout
+    from mtb.documents import default_output
     from mtb.fault import report
     from mtb.fault.smoke import Smoke, run_scenario
     from mtb.output_paths import check_file
     from mtb.provenance import utc_now
 
-    path = output or default_output()
+    path = output or default_output("fault")
     check_file("--output", path)
     names = _names(scenarios)
     _check_strategy(pm, strategy)

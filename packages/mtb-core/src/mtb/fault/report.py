@@ -5,32 +5,24 @@ import json
 from rich.table import Table
 from rich.text import Text
 
-from mtb import provenance
+from mtb.documents import document_provenance, plugin_list, result_document
 from mtb.reporting import write_atomic
-from mtb.results import SCHEMA_VERSION
 
 
 def document(smoke, outcomes, pm, started: str, seconds: float) -> dict:
-    from mtb.worker import plugin_list
-
     reference = smoke.reference_run
-    return {
-        "kind": "fault",
-        "schema_version": SCHEMA_VERSION,
-        "status": "ok" if all(o.passed for o in outcomes) else "failed",
-        "strategy": smoke.strategy,
-        "workdir": str(smoke.workdir),
-        "seconds": round(seconds, 1),
-        "reference": None
+    return result_document(
+        "fault",
+        status="ok" if all(o.passed for o in outcomes) else "failed",
+        strategy=smoke.strategy,
+        workdir=str(smoke.workdir),
+        seconds=round(seconds, 1),
+        reference=None
         if reference is None
         else {"launch": reference.launch.evidence(), "state_digests": reference.digests},
-        "scenarios": [o.document() for o in outcomes],
-        "provenance": {
-            **provenance.collect(plugin_list(pm)),
-            "start_utc": started,
-            "end_utc": provenance.utc_now(),
-        },
-    }
+        scenarios=[o.document() for o in outcomes],
+        provenance=document_provenance(plugin_list(pm), started=started),
+    )
 
 
 def write(doc: dict, path: str) -> None:

@@ -70,7 +70,7 @@ def option_names(command: click.Command) -> set[str]:
 def resolve_run(command: click.Command, cell: Cell, pm):
     """The RunConfig ``mtb run`` would build from the cell's flags (it raises what run would)."""
     from mtb import config as config_mod
-    from mtb.cli.config_options import flags_from
+    from mtb.flags import flags_from
 
     with command.make_context(command.name, cell.argv()) as ctx:
         params = dict(ctx.params)

@@ -8,7 +8,8 @@ from collections import Counter
 
 import attrs
 
-from mtb.results import SCHEMA_VERSION, STATUSES, estimate_error
+from mtb.documents import result_document
+from mtb.results import STATUSES, estimate_error
 
 
 def _mean(summary: dict, key: str):
@@ -70,17 +71,16 @@ def counts(rows: list[dict]) -> dict:
 def document(spec, rows: list[dict], total: int, provenance: dict, plugins: list) -> dict:
     """The matrix document; status ``ok`` once every cell has a row, else ``failed``."""
     done = len(rows) == total
-    return {
-        "kind": "matrix",
-        "schema_version": SCHEMA_VERSION,
-        "status": "ok" if done else "failed",
-        "error": None if done else f"interrupted after {len(rows)} of {total} cells",
-        "name": spec.name,
-        "description": spec.description,
-        "command": spec.command,
-        "spec": attrs.asdict(spec),
-        "counts": counts(rows),
-        "cells": rows,
-        "plugins": plugins,
-        "provenance": provenance,
-    }
+    return result_document(
+        "matrix",
+        status="ok" if done else "failed",
+        error=None if done else f"interrupted after {len(rows)} of {total} cells",
+        name=spec.name,
+        description=spec.description,
+        command=spec.command,
+        spec=attrs.asdict(spec),
+        counts=counts(rows),
+        cells=rows,
+        plugins=plugins,
+        provenance=provenance,
+    )

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import attrs
 
+from mtb.documents import result_document
 from mtb.reporting import write_atomic
-from mtb.results import SCHEMA_VERSION, STATUSES, error_class
+from mtb.results import STATUSES, error_class
 
 GRACE_S = 60.0
 POLL_S = 0.2
@@ -108,16 +109,15 @@ def _last_error(log: Path) -> str:
 def own_document(command: str, cell, status: str, error: str, returncode: int | None) -> dict:
     """The result of a cell whose process left none (killed, or refused its flags)."""
     error_kind = "usage" if status == "failed" and returncode == USAGE_EXIT else None
-    return {
-        "kind": "matrix_cell",
-        "schema_version": SCHEMA_VERSION,
-        "status": status,
-        "error": error,
-        "error_class": error_kind or error_class(status, error),
-        "command": command,
-        "cell": cell.id,
-        "options": cell.options,
-    }
+    return result_document(
+        "matrix_cell",
+        status=status,
+        error=error,
+        error_class=error_kind or error_class(status, error),
+        command=command,
+        cell=cell.id,
+        options=cell.options,
+    )
 
 
 def run(command: str, cell, argv: list[str], result: Path, timeout_s: float, log: Path) -> Outcome:

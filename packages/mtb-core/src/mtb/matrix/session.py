@@ -67,10 +67,10 @@ def _write_report(pm, out: Path, matrix: dict, documents: list[dict]) -> Path | 
 
 def run(spec, plan_list: list, out: Path, pm, progress) -> tuple[dict, Path | None]:
     """Run or reuse every cell: the matrix document (also at out/matrix.json), the report."""
-    from mtb.worker import plugin_list
+    from mtb.documents import document_provenance, plugin_list
 
     plugins = plugin_list(pm)
-    prov = {**provenance.collect(plugins), "start_utc": provenance.utc_now()}
+    prov = document_provenance(plugins, started=provenance.utc_now(), finished=False)
     rows: list[dict] = []
     documents: list[dict] = []
 

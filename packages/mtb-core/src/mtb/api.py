@@ -1,0 +1,191 @@
+"""The public API: what plugins, sibling packages, examples and benchmarks may import.
+
+Everything a plugin builds on is named in ``__all__``; every other module of
+``mtb`` is internal and may change between releases (a test keeps the other
+packages to this module). Importing it stays cheap: names that need torch
+(engines, the model, process groups) are imported on first use.
+
+Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Engine
+(with StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
+ProfileSession), Reporter, hookimpl.
+Runtime services: result documents (:func:`result_document`,
+:func:`document_provenance`, :func:`default_output`, :func:`write_result`,
+:func:`write_atomic`, :func:`append_whole`, :func:`publish`, failure
+documents), testing a plugin (:func:`mtb_plugin`), launching (:func:`run_function`,
+the launch options) and the helpers a command needs around them.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from mtb.checkpoint.backend import CheckpointBackend
+from mtb.errors import ConfigError, MtbError, RunFailed, UsageError
+from mtb.hookspecs import hookimpl
+from mtb.options import Option
+from mtb.profiling.protocol import Profiler, ProfileSession
+from mtb.reporting import Reporter, append_whole, publish, write_atomic
+from mtb.strategy import Strategy, StrategyOption
+
+if TYPE_CHECKING:
+    from mtb import distributed
+    from mtb.cli.config_options import LAUNCH as LAUNCH_SECTION
+    from mtb.cli.config_options import launch_options, option_for, split_launch
+    from mtb.config import SYNC_MODES, LaunchConfig, setting
+    from mtb.config import resolve as resolve_config
+    from mtb.config import structure as config_from_dict
+    from mtb.config import to_dict as config_to_dict
+    from mtb.config import to_toml as config_to_toml
+    from mtb.console import plain_console, stdout
+    from mtb.data import SyntheticTokens
+    from mtb.documents import (
+        SCHEMA_VERSION,
+        default_output,
+        document_provenance,
+        plugin_list,
+        result_document,
+        write_result,
+    )
+    from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy
+    from mtb.launch import LaunchTimeout, node_provenance, run_function
+    from mtb.launcher import launch as run_training
+    from mtb.memory import format_size
+    from mtb.metrics import above_peak, summarize
+    from mtb.model import GPT
+    from mtb.output_paths import check_file as check_output
+    from mtb.plugins import build_plugin_manager, get_plugin_manager
+    from mtb.profiling.trace import analyse as analyse_trace
+    from mtb.profiling.trace import load as load_trace
+    from mtb.provenance import torch_info, utc_now
+    from mtb.results import STATUSES, error_class, failure_document, failure_status, from_document
+    from mtb.testing import PluginRun, PluginRunner, mtb_plugin
+
+#: the rest, imported on first use so that a plugin's import stays cheap (torch, rich,
+#: the launcher): public name -> (module, attribute, or None for the module itself)
+_LAZY = {
+    "Engine": ("mtb.engine", "Engine"),
+    "StepInfo": ("mtb.engine", "StepInfo"),
+    "ModelStateBytes": ("mtb.engine", "ModelStateBytes"),
+    "cpu_copy": ("mtb.engine", "cpu_copy"),
+    "LAUNCH_SECTION": ("mtb.cli.config_options", "LAUNCH"),
+    "launch_options": ("mtb.cli.config_options", "launch_options"),
+    "option_for": ("mtb.cli.config_options", "option_for"),
+    "split_launch": ("mtb.cli.config_options", "split_launch"),
+    "SYNC_MODES": ("mtb.config", "SYNC_MODES"),
+    "LaunchConfig": ("mtb.config", "LaunchConfig"),
+    "setting": ("mtb.config", "setting"),
+    "resolve_config": ("mtb.config", "resolve"),
+    "config_to_dict": ("mtb.config", "to_dict"),
+    "config_from_dict": ("mtb.config", "structure"),
+    "config_to_toml": ("mtb.config", "to_toml"),
+    "plain_console": ("mtb.console", "plain_console"),
+    "stdout": ("mtb.console", "stdout"),
+    "SCHEMA_VERSION": ("mtb.documents", "SCHEMA_VERSION"),
+    "default_output": ("mtb.documents", "default_output"),
+    "document_provenance": ("mtb.documents", "document_provenance"),
+    "plugin_list": ("mtb.documents", "plugin_list"),
+    "result_document": ("mtb.documents", "result_document"),
+    "write_result": ("mtb.documents", "write_result"),
+    "LaunchTimeout": ("mtb.launch", "LaunchTimeout"),
+    "run_function": ("mtb.launch", "run_function"),
+    "run_training": ("mtb.launcher", "launch"),
+    "format_size": ("mtb.memory", "format_size"),
+    "above_peak": ("mtb.metrics", "above_peak"),
+    "summarize": ("mtb.metrics", "summarize"),
+    "check_output": ("mtb.output_paths", "check_file"),
+    "build_plugin_manager": ("mtb.plugins", "build_plugin_manager"),
+    "get_plugin_manager": ("mtb.plugins", "get_plugin_manager"),
+    "analyse_trace": ("mtb.profiling.trace", "analyse"),
+    "load_trace": ("mtb.profiling.trace", "load"),
+    "torch_info": ("mtb.provenance", "torch_info"),
+    "utc_now": ("mtb.provenance", "utc_now"),
+    "STATUSES": ("mtb.results", "STATUSES"),
+    "error_class": ("mtb.results", "error_class"),
+    "failure_document": ("mtb.results", "failure_document"),
+    "failure_status": ("mtb.results", "failure_status"),
+    "from_document": ("mtb.results", "from_document"),
+    "distributed": ("mtb.distributed", None),
+    "node_provenance": ("mtb.launch", "node_provenance"),
+    "GPT": ("mtb.model", "GPT"),
+    "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
+    "mtb_plugin": ("mtb.testing", "mtb_plugin"),
+    "PluginRunner": ("mtb.testing", "PluginRunner"),
+    "PluginRun": ("mtb.testing", "PluginRun"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mtb.api' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = import_module(module)
+    value = value if attribute is None else getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+#: the contracts, then the runtime services (see the module docstring)
+__all__ = [
+    "GPT",
+    "LAUNCH_SECTION",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "SYNC_MODES",
+    "CheckpointBackend",
+    "ConfigError",
+    "Engine",
+    "LaunchConfig",
+    "LaunchTimeout",
+    "ModelStateBytes",
+    "MtbError",
+    "Option",
+    "PluginRun",
+    "PluginRunner",
+    "ProfileSession",
+    "Profiler",
+    "Reporter",
+    "RunFailed",
+    "StepInfo",
+    "Strategy",
+    "StrategyOption",
+    "SyntheticTokens",
+    "UsageError",
+    "above_peak",
+    "analyse_trace",
+    "append_whole",
+    "build_plugin_manager",
+    "check_output",
+    "config_from_dict",
+    "config_to_dict",
+    "config_to_toml",
+    "cpu_copy",
+    "default_output",
+    "distributed",
+    "document_provenance",
+    "error_class",
+    "failure_document",
+    "failure_status",
+    "format_size",
+    "from_document",
+    "get_plugin_manager",
+    "hookimpl",
+    "launch_options",
+    "load_trace",
+    "mtb_plugin",
+    "node_provenance",
+    "option_for",
+    "plain_console",
+    "plugin_list",
+    "publish",
+    "resolve_config",
+    "result_document",
+    "run_function",
+    "run_training",
+    "setting",
+    "split_launch",
+    "stdout",
+    "summarize",
+    "torch_info",
+    "utc_now",
+    "write_atomic",
+    "write_result",
+]
