@@ -72,7 +72,7 @@ def test_run_with_profiler_torch_is_a_profiled_run(invoke, tmp_path):
 
 def test_profile_defaults_to_torch_and_run_to_no_profiler(invoke):
     assert 'profiler = "torch"' in invoke("profile", "--preset", "tiny", "--print-config").output
-    assert "profiler" not in invoke("run", "--preset", "tiny", "--print-config").output
+    assert "profiler =" not in invoke("run", "--preset", "tiny", "--print-config").output
 
 
 @pytest.mark.parametrize(
