@@ -120,7 +120,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("hadolint", *map(str, sorted(ROOT.glob("docker/**/Dockerfile*"))))
     install_torch(session)
-    install_projects(session, *editable(CORE))
+    install_projects(session, *editable(f"{CORE}[test]"))  # mtb.testing imports pytest
     install(session, "mypy", "types-psutil")
     session.run("mypy", "--config-file", f"{CORE}/pyproject.toml")
 

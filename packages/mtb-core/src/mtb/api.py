@@ -113,7 +113,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'mtb.api' has no attribute {name!r}")
     module, attribute = _LAZY[name]

@@ -19,12 +19,12 @@ class MtbGroup(click.Group):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.command_plugins: dict[str, str] = {}
+        self.command_plugins: dict[str, str | None] = {}
         self.adding_plugin: str | None = None
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         super().add_command(cmd, name)
-        self.command_plugins[name or cmd.name] = self.adding_plugin
+        self.command_plugins[name or cmd.name or ""] = self.adding_plugin
 
     def invoke(self, ctx):
         try:
@@ -34,7 +34,7 @@ class MtbGroup(click.Group):
             ctx.exit(error.exit_code)
 
 
-def make_cli(pm) -> click.Group:
+def make_cli(pm) -> MtbGroup:
     from mtb import __version__
 
     @click.group(cls=MtbGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,7 +54,7 @@ def make_cli(pm) -> click.Group:
     return cli
 
 
-def register_commands(pm, cli: click.Group) -> None:
+def register_commands(pm, cli: MtbGroup) -> None:
     """Each plugin adds its commands; one whose hook raises leaves none behind."""
     from mtb.registry import call_each
 

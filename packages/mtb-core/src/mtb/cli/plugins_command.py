@@ -9,10 +9,10 @@ import click
 from mtb.registry import KINDS
 
 
-def _command_registry(cli) -> dict[str, list]:
+def _command_registry(cli) -> dict[str | None, list]:
     """Plugin -> the commands it added to ``cli`` (none when unknown)."""
     added = getattr(cli, "command_plugins", {})
-    by_plugin: dict[str, list] = {}
+    by_plugin: dict[str | None, list] = {}
     for name in sorted(getattr(cli, "commands", {})):
         by_plugin.setdefault(added.get(name), []).append(
             {"name": name, "available": True, "unavailable_reason": None}
