@@ -95,6 +95,7 @@ def test_an_older_format_is_upgraded_and_what_it_lacks_makes_the_resume_inexact(
     assert resumed["lacks"] == ["RNG state of rank(s) 0", "a digest of metadata.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [1, 2])
 def test_an_older_format_resumes_but_never_exactly_without_a_metadata_digest(
     saved, tmp_path, invoke, version

@@ -50,6 +50,7 @@ def test_resumed_run_ends_bitwise_equal_to_the_continuous_one(runs):
     assert [s["step"] for s in results["resumed"]["trials"][0]["steps"]] == [4, 5]
 
 
+@pytest.mark.slow
 def test_async_saves_publish_every_checkpoint_and_record_blocked_time(runs):
     root, results = runs
     record = results["async"]["checkpoint"]
@@ -60,6 +61,7 @@ def test_async_saves_publish_every_checkpoint_and_record_blocked_time(runs):
     assert (root / "async" / "latest").read_text().strip() == "step_00000006"
 
 
+@pytest.mark.slow
 def test_keep_last_prunes_after_publishing(runs):
     root, _ = runs
     assert sorted(p.name for p in (root / "async").glob("step_*")) == [
@@ -101,6 +103,7 @@ def test_verify_finds_equal_and_different_checkpoints(invoke, runs, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_list_inspect_and_clean(invoke, runs, tmp_path):
     import json
     import shutil
@@ -120,6 +123,7 @@ def test_list_inspect_and_clean(invoke, runs, tmp_path):
     assert not (directory / "step_00000009.tmp-0a0b").exists()
 
 
+@pytest.mark.slow
 def test_mismatched_resume_is_refused_with_the_diff(invoke, runs, tmp_path):
     root, _ = runs
     result = invoke(
@@ -130,6 +134,7 @@ def test_mismatched_resume_is_refused_with_the_diff(invoke, runs, tmp_path):
     assert "does not match this run: model.d_model: checkpoint 32, run 64" in result.output
 
 
+@pytest.mark.slow
 def test_a_finished_checkpoint_has_nothing_left_to_train(invoke, runs, tmp_path):
     root, _ = runs
     result = invoke(

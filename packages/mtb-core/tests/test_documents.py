@@ -33,6 +33,7 @@ def test_document_provenance_adds_times_and_extra_fields():
     assert "end_utc" not in api.document_provenance([], finished=False)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_every_producer_uses_the_frame(invoke, tmp_path):
     """A train result and a failure document share the frame's keys and version."""

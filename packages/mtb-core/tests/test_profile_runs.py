@@ -118,6 +118,7 @@ def test_summary_of_a_real_two_rank_gloo_trace(straggler_run):
     assert again["overlap"] == profile["overlap"]
 
 
+@pytest.mark.slow
 def test_the_slowed_rank_is_named_the_straggler(straggler_run):
     straggler = straggler_run["profile"]["straggler"]
     assert straggler["status"] == "measured"

@@ -163,6 +163,7 @@ class RaisingObserver:
         raise ValueError("observer broke")
 
 
+@pytest.mark.slow
 def test_an_observer_that_raises_after_training_keeps_the_result(pm, invoke, tmp_path):
     pm.register(RaisingObserver(), name="raising-observer")
     out = tmp_path / "result.json"

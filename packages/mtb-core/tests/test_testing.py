@@ -19,6 +19,7 @@ def pids(directory) -> dict[int, int]:
     return {int(p.stem[5:]): int(p.read_text()) for p in directory.glob("rank_*.pid")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_every_rank_trains_with_the_tests_plugin(witness, tmp_path, ranks):
     run = witness.run("--strategy", "test-witness", *SHORT, nproc_per_node=ranks)
@@ -32,6 +33,7 @@ def test_every_rank_trains_with_the_tests_plugin(witness, tmp_path, ranks):
     assert os.getpid() not in seen.values()  # launched workers loaded the plugin themselves
 
 
+@pytest.mark.slow
 def test_one_rank_of_a_one_process_strategy_trains_in_the_tests_process(witness, tmp_path):
     run = witness.run("--strategy", "single", *SHORT)
     assert run.exit_code == 0, run.output

@@ -27,6 +27,7 @@ def test_constant_and_cosine_schedules():
         training(lr=1.0, min_lr=2.0)
 
 
+@pytest.mark.slow
 def test_run_records_lr_grad_norm_and_clipping(invoke, tmp_path):
     out = tmp_path / "r.json"
     args = ["--lr-schedule", "cosine", "--lr-warmup-steps", "2", "--max-grad-norm", "1e-3"]
@@ -48,6 +49,7 @@ def test_grad_norm_is_recorded_with_clipping_off_by_default(invoke, tmp_path):
     assert all(s["grad_norm"] > 0 and s["clipped"] is False for s in steps)
 
 
+@pytest.mark.slow
 def test_nan_on_one_process_fails_with_one_line_and_a_failure_document(invoke, tmp_path):
     out = tmp_path / "r.json"
     result = invoke("run", *TINY, "--inject-nan-at-step", "2", "--output", out)
@@ -158,6 +160,7 @@ def test_state_estimate_shards_what_the_strategy_shards():
     assert sharded.state_bytes_estimate(1000, 4, train)["total"] == 4000 + 4000 + 2000
 
 
+@pytest.mark.slow
 def test_result_sets_estimate_beside_measured_bytes(invoke, tmp_path):
     assert invoke("run", *TINY, "--output", tmp_path / "r.json").exit_code == 0
     summary = read_json(tmp_path / "r.json")["summary"]
