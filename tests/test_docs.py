@@ -7,6 +7,7 @@ import itertools
 import re
 
 import click
+import pytest
 from conftest import ROOT
 
 from mtb import api, hookspecs
@@ -179,3 +180,21 @@ def test_the_guide_snippets_run_and_register_what_their_kind_expects():
                 assert all(isinstance(i, getattr(api, kind)) for i in items), hook
                 registered += len(items)
     assert registered >= 6
+
+
+@pytest.mark.timeout(240)
+def test_the_guide_plain_strategy_and_tps_reporter_run(tmp_path, monkeypatch):
+    """The guide's first strategy trains and its configurable reporter renders that run."""
+    snippets = guide_snippets()
+    strategy = next(s for s in snippets if "class PlainStrategy" in s)
+    reporter = next(s for s in snippets if "class TokensPerSecond(Reporter)" in s)
+    (tmp_path / "guide_plugin.py").write_text(strategy + "\n\n" + reporter)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = api.PluginRunner("guide_plugin", tmp_path / "runs", monkeypatch)
+    report = tmp_path / "tps.txt"
+    tiny = ["--preset", "tiny", "--steps", "2", "--warmup-steps", "1"]
+    run = runner.run("--strategy", "plain", *tiny, "--report", f"tps:{report}", "--tps-digits", "3")
+    assert run.exit_code == 0, run.output
+    assert run.document["components"]["strategy"]["plugin"] == "guide_plugin"
+    tokens = run.document["summary"]["tokens_per_s"]["mean"]
+    assert report.read_text() == f"{tokens:.3f}\n"
