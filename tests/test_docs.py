@@ -1,12 +1,16 @@
-"""Every hookspec is in the plugin author guide; every CLI command is in the CLI docs."""
+"""Every hookspec is in the plugin author guide, whose snippets run and import only
+mtb.api; every CLI command is in the CLI docs."""
 
+import ast
 import inspect
 import itertools
+import re
 
 import click
+import pytest
 from conftest import ROOT
 
-from mtb import hookspecs
+from mtb import api, hookspecs
 from mtb.cli import make_cli
 from mtb.plugins import build_plugin_manager
 
@@ -119,3 +123,78 @@ def test_the_documented_estimate_bytes_are_the_strategies_own():
             assert states == set(sharded.split(", ")), name
             documented.add(name)
     assert documented == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3"}
+
+
+#: the guide's only block that is not a program: the trainer's loop, shown as pseudo-code
+TRAINER_LOOP = "for micro in range(accum):"
+REGISTERED_TYPES = {
+    "mtb_register_strategies": "Strategy",
+    "mtb_register_checkpoint_backends": "CheckpointBackend",
+    "mtb_register_profilers": "Profiler",
+    "mtb_register_reporters": "Reporter",
+}
+
+
+def guide_snippets() -> list[str]:
+    guide = (ROOT / "docs" / "plugin-authors.md").read_text()
+    return re.findall(r"```python\n(.*?)```", guide, re.S)
+
+
+def mtb_imports(snippet: str) -> list[tuple[str, str]]:
+    """(module, name) of every import of an ``mtb`` module in a snippet."""
+    found = []
+    for node in ast.walk(ast.parse(snippet)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mtb":
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, "") for a in node.names if a.name.split(".")[0] == "mtb"]
+    return found
+
+
+def test_the_guide_imports_only_what_mtb_api_exports():
+    """A plugin imports mtb.api alone (its tests also mtb.testing), as the guide says."""
+    imports = [pair for snippet in guide_snippets() for pair in mtb_imports(snippet)]
+    assert ("mtb.api", "Strategy") in imports
+    for module, name in imports:
+        assert module in {"mtb.api", "mtb.testing"}, f"the guide imports {module}"
+        if module == "mtb.api":
+            assert name in api.__all__, f"the guide imports {name}, not in mtb.api.__all__"
+
+
+def test_the_guide_snippets_run_and_register_what_their_kind_expects():
+    snippets = [s for s in guide_snippets() if not s.startswith(TRAINER_LOOP)]
+    namespaces = []
+    for snippet in snippets:
+        namespace = {"hookimpl": api.hookimpl}  # the hook snippets show bare ``@hookimpl``
+        exec(compile(snippet, "plugin-authors.md", "exec"), namespace)
+        namespaces.append(namespace)
+    defined = {k: v for ns in namespaces for k, v in ns.items() if isinstance(v, type)}
+    registered = 0
+    for namespace in namespaces:
+        for hook, kind in REGISTERED_TYPES.items():
+            if hook in namespace:
+                items = []
+                namespace.update({k: v for k, v in defined.items() if k not in namespace})
+                namespace[hook](items.append)
+                # the hookspec stubs (``def hook(register): ...``) register nothing
+                assert all(isinstance(i, getattr(api, kind)) for i in items), hook
+                registered += len(items)
+    assert registered >= 6
+
+
+@pytest.mark.timeout(240)
+def test_the_guide_plain_strategy_and_tps_reporter_run(tmp_path, monkeypatch):
+    """The guide's first strategy trains and its configurable reporter renders that run."""
+    snippets = guide_snippets()
+    strategy = next(s for s in snippets if "class PlainStrategy" in s)
+    reporter = next(s for s in snippets if "class TokensPerSecond(Reporter)" in s)
+    (tmp_path / "guide_plugin.py").write_text(strategy + "\n\n" + reporter)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = api.PluginRunner("guide_plugin", tmp_path / "runs", monkeypatch)
+    report = tmp_path / "tps.txt"
+    tiny = ["--preset", "tiny", "--steps", "2", "--warmup-steps", "1"]
+    run = runner.run("--strategy", "plain", *tiny, "--report", f"tps:{report}", "--tps-digits", "3")
+    assert run.exit_code == 0, run.output
+    assert run.document["components"]["strategy"]["plugin"] == "guide_plugin"
+    tokens = run.document["summary"]["tokens_per_s"]["mean"]
+    assert report.read_text() == f"{tokens:.3f}\n"
