@@ -3,9 +3,8 @@
 import pytest
 import torch
 
-from mtb.config import resolve
-from mtb.context import RunContext
-from mtb.engine import Engine
+from mtb.api import Engine, RunContext
+from mtb.api import resolve_config as resolve
 from mtb_example_strategy.engine import LocalSGDEngine, average_parameters, broadcast_parameters
 from mtb_example_strategy.plugin import LocalSGDStrategy
 

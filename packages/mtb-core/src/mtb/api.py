@@ -18,8 +18,10 @@ the launch options) and the helpers a command needs around them.
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from mtb import PLUGIN_API_VERSION
 from mtb.checkpoint.backend import CheckpointBackend
-from mtb.errors import ConfigError, MtbError, RunFailed, UsageError
+from mtb.context import RunContext
+from mtb.errors import ConfigError, MtbError, PluginError, RunFailed, UsageError
 from mtb.hookspecs import hookimpl
 from mtb.options import Option
 from mtb.profiling.protocol import Profiler, ProfileSession
@@ -28,6 +30,7 @@ from mtb.strategy import Strategy, StrategyOption
 
 if TYPE_CHECKING:
     from mtb import distributed
+    from mtb.checkpoint.lifecycle import SaveRecord
     from mtb.cli.config_options import LAUNCH as LAUNCH_SECTION
     from mtb.cli.config_options import launch_options, option_for, split_launch
     from mtb.config import SYNC_MODES, LaunchConfig, setting
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from mtb.config import to_dict as config_to_dict
     from mtb.config import to_toml as config_to_toml
     from mtb.console import plain_console, stdout
-    from mtb.data import SyntheticTokens
+    from mtb.data import Batch, SyntheticTokens
     from mtb.documents import (
         SCHEMA_VERSION,
         default_output,
@@ -49,7 +52,7 @@ if TYPE_CHECKING:
     from mtb.launch import LaunchTimeout, node_provenance, run_function
     from mtb.launcher import launch as run_training
     from mtb.memory import format_size
-    from mtb.metrics import above_peak, summarize
+    from mtb.metrics import StepMetrics, above_peak, summarize
     from mtb.model import GPT
     from mtb.output_paths import check_file as check_output
     from mtb.plugins import build_plugin_manager, get_plugin_manager
@@ -107,6 +110,9 @@ _LAZY = {
     "node_provenance": ("mtb.launch", "node_provenance"),
     "GPT": ("mtb.model", "GPT"),
     "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
+    "Batch": ("mtb.data", "Batch"),
+    "StepMetrics": ("mtb.metrics", "StepMetrics"),
+    "SaveRecord": ("mtb.checkpoint.lifecycle", "SaveRecord"),
     "mtb_plugin": ("mtb.testing", "mtb_plugin"),
     "PluginRunner": ("mtb.testing", "PluginRunner"),
     "PluginRun": ("mtb.testing", "PluginRun"),
@@ -127,9 +133,11 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "GPT",
     "LAUNCH_SECTION",
+    "PLUGIN_API_VERSION",
     "SCHEMA_VERSION",
     "STATUSES",
     "SYNC_MODES",
+    "Batch",
     "CheckpointBackend",
     "ConfigError",
     "Engine",
@@ -138,13 +146,17 @@ __all__ = [
     "ModelStateBytes",
     "MtbError",
     "Option",
+    "PluginError",
     "PluginRun",
     "PluginRunner",
     "ProfileSession",
     "Profiler",
     "Reporter",
+    "RunContext",
     "RunFailed",
+    "SaveRecord",
     "StepInfo",
+    "StepMetrics",
     "Strategy",
     "StrategyOption",
     "SyntheticTokens",
