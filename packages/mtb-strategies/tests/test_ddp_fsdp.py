@@ -1,5 +1,7 @@
 """ddp and fsdp on 2 gloo ranks against `single` on the same global batch."""
 
+import json
+
 import pytest
 from conftest import (
     accumulated,
@@ -65,6 +67,15 @@ def test_bf16_trains(tmp_path, strategy):
     assert result["config"]["training"]["precision"] == "bf16"
     values = losses(result)
     assert sum(values[-3:]) / 3 < values[0] - 0.2
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_norm_and_finite_check_share_one_all_reduce_per_step(tmp_path, strategy):
+    counts = tmp_path / "collectives.json"
+    plugins = {"MTB_PLUGIN_MODULES": "mtb_test_dump,mtb_test_collectives"}
+    done, _, _ = launch(strategy, tmp_path, env={**plugins, "MTB_TEST_COLLECTIVES": str(counts)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(counts.read_text()) == [1] * 5
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
