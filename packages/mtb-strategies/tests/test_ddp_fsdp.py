@@ -116,3 +116,15 @@ def test_grad_norm_is_the_full_model_norm_on_every_step_without_clipping(runs, r
     result = reference[0] if strategy == "single" else accumulated(runs, strategy)[0]
     assert result["config"]["training"]["max_grad_norm"] is None
     assert grad_norms(result) == pytest.approx(bare_grad_norms(), rel=1e-4)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_clipping_matches_single_on_the_same_global_batch(runs, tmp_path, strategy):
+    clip = ["--max-grad-norm", "0.5"]
+    done, *single = launch("single", tmp_path, "--micro-batch-size", "4", *clip, nproc=1)
+    assert done.returncode == 0, done.stderr
+    result, state = accumulated(runs, strategy, "auto", *clip)
+    steps = result["trials"][0]["steps"]
+    assert all(s["clipped"] for s in steps)
+    assert grad_norms(result) == pytest.approx(grad_norms(single[0]), rel=1e-4)
+    assert_same_training(result, state, single)
