@@ -84,7 +84,7 @@ def run_mtb(args, config, tmp: Path) -> dict:
         MTB_PLUGIN_MODULES="bench_stamps",
         MTB_BENCH_STAMPS=str(stamps),
     )
-    _run([sys.executable, "-m", "mtb", "run", "--config", toml], env)
+    _run([sys.executable, "-m", "mtb", "run", "--config", toml, "--overwrite"], env)
     trial = json.loads(Path(config.output).read_text())["trials"][0]
     ends = json.loads(stamps.read_text())
     return {

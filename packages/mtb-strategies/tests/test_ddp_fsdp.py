@@ -1,5 +1,7 @@
 """ddp and fsdp on 2 gloo ranks against `single` on the same global batch."""
 
+import json
+
 import pytest
 from conftest import (
     accumulated,
@@ -68,6 +70,15 @@ def test_bf16_trains(tmp_path, strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_norm_and_finite_check_share_one_all_reduce_per_step(tmp_path, strategy):
+    counts = tmp_path / "collectives.json"
+    plugins = {"MTB_PLUGIN_MODULES": "mtb_test_dump,mtb_test_collectives"}
+    done, _, _ = launch(strategy, tmp_path, env={**plugins, "MTB_TEST_COLLECTIVES": str(counts)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(counts.read_text()) == [1] * 5
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_nan_on_rank_1_stops_both_ranks_with_the_same_message(tmp_path, strategy):
     args = ["--inject-nan-at-step", "3", "--inject-nan-rank", "1"]
     done, result, _ = launch(strategy, tmp_path, *args)
@@ -105,3 +116,15 @@ def test_grad_norm_is_the_full_model_norm_on_every_step_without_clipping(runs, r
     result = reference[0] if strategy == "single" else accumulated(runs, strategy)[0]
     assert result["config"]["training"]["max_grad_norm"] is None
     assert grad_norms(result) == pytest.approx(bare_grad_norms(), rel=1e-4)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_clipping_matches_single_on_the_same_global_batch(runs, tmp_path, strategy):
+    clip = ["--max-grad-norm", "0.5"]
+    done, *single = launch("single", tmp_path, "--micro-batch-size", "4", *clip, nproc=1)
+    assert done.returncode == 0, done.stderr
+    result, state = accumulated(runs, strategy, "auto", *clip)
+    steps = result["trials"][0]["steps"]
+    assert all(s["clipped"] for s in steps)
+    assert grad_norms(result) == pytest.approx(grad_norms(single[0]), rel=1e-4)
+    assert_same_training(result, state, single)

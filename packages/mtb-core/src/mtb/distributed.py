@@ -115,13 +115,17 @@ def barrier(context: RunContext) -> None:
         dist.barrier()
 
 
-def ranks_with(context: RunContext, flags: list[bool]) -> list[list[int]]:
-    """For each flag, the ranks where it is set; one all_reduce for all of them."""
-    table = torch.zeros(context.world_size, len(flags), device=context.device)
-    table[context.rank] = torch.tensor([float(f) for f in flags], device=context.device)
+def rank_rows(context: RunContext, row: torch.Tensor) -> torch.Tensor:
+    """Every rank's 1-D ``row``, stacked in rank order on every rank: one all_reduce.
+
+    Each rank fills only its own row of a zero table, so the sum is exact
+    (x + 0 == x, NaN and inf included).
+    """
+    table = torch.zeros(context.world_size, row.numel(), device=row.device, dtype=row.dtype)
+    table[context.rank] = row
     if context.distributed:
         dist.all_reduce(table)
-    return [table[:, i].nonzero().flatten().tolist() for i in range(len(flags))]
+    return table
 
 
 def broadcast(context: RunContext, value=None):

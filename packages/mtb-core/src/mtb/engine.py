@@ -58,12 +58,56 @@ def cpu_copy(state: dict) -> dict:
     return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
 
 
-def norm_value(norm) -> float | None:
-    """A norm as a float; a DTensor norm is reduced across its mesh first."""
-    if norm is None:
-        return None
-    full_tensor = getattr(norm, "full_tensor", None)
-    return float(full_tensor() if callable(full_tensor) else norm)
+def total_norm(grads: list) -> torch.Tensor:
+    """The 2-norm of ``grads``; of gradients sharded over one mesh, left unreduced.
+
+    torch reduces a DTensor norm across the mesh at once (one all_reduce per
+    step); here each rank keeps its shard's norm as a partial DTensor, so the
+    trainer can carry the reduction in the all_reduce it makes anyway.
+    """
+    from torch.distributed.tensor import DTensor
+
+    meshes = {g.device_mesh if isinstance(g, DTensor) else None for g in grads}
+    mesh = meshes.pop() if len(meshes) == 1 else None
+    if mesh is None or mesh.ndim != 1:
+        return torch.nn.utils.get_total_norm(grads)
+    from torch.distributed.tensor._ops._math_ops import _NormPartial
+
+    local = torch.nn.utils.get_total_norm([g.to_local() for g in grads])
+    return DTensor.from_local(local, mesh, [_NormPartial(2)], run_check=False)
+
+
+def replicated(norm, value: float):
+    """The whole model's norm ``value`` as a replicated DTensor on ``norm``'s mesh.
+
+    Clipping DTensor gradients needs a DTensor norm; this one costs no
+    communication. A plain ``norm`` is already whole and is returned as is.
+    """
+    mesh = getattr(norm, "device_mesh", None)
+    if mesh is None:
+        return norm
+    from torch.distributed.tensor import DTensor, Replicate
+
+    local = norm.to_local().new_tensor(value)
+    return DTensor.from_local(local, mesh, [Replicate()], run_check=False)
+
+
+def norm_shard(norm) -> tuple[torch.Tensor | None, bool]:
+    """This rank's part of a gradient norm, and whether the parts are shards.
+
+    Sharded gradients (FSDP's DTensors over the whole world) give a partial
+    2-norm: each rank holds its shard's norm and the model's is the root of
+    their sum of squares, which the trainer folds into its one per-step
+    all_reduce instead of a reduction of its own. Other DTensor layouts are
+    reduced here; a plain tensor is already the whole model's norm.
+    """
+    placements = getattr(norm, "placements", None)
+    if placements is None:
+        return norm, False
+    shards = len(placements) == 1 and getattr(placements[0], "norm_type", None) == 2
+    if shards and norm.device_mesh.size() == torch.distributed.get_world_size():
+        return norm.to_local(), True
+    return norm.full_tensor(), False
 
 
 def _unique(tensors):
@@ -111,13 +155,13 @@ class Engine:
     def grad_norm(self) -> torch.Tensor | None:
         """Global L2 norm of the (unscaled) gradients, equal on every rank.
 
-        With sharded gradients (DTensor) the norm is a DTensor whose value is
-        the whole model's norm (see :func:`norm_value`), not one shard's.
+        With sharded gradients (DTensor) the norm is a partial DTensor, not yet
+        reduced across ranks (see :func:`total_norm` and :func:`norm_shard`).
         """
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in _unique(self.model.parameters()) if p.grad is not None]
-        return torch.nn.utils.get_total_norm(grads)
+        return total_norm(grads)
 
     def optimizer_step(self, max_grad_norm: float | None = None, grad_norm=None) -> StepInfo:
         """Clip to ``max_grad_norm`` with the ``grad_norm`` from :meth:`grad_norm`, then step.

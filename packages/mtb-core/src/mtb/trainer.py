@@ -2,8 +2,9 @@
 
 Each trial rebuilds model, engine and data so trials are independent; every
 number a trial records is this rank's own. Timings are reduced across ranks
-once per trial, after the loop; the only collective the loop adds is the
-per-step agreement on non-finite values (one small all_reduce).
+once per trial, after the loop; the only collective the loop adds is one
+small all_reduce per step that carries every rank's loss and gradient norm
+(for the non-finite check and, with sharded gradients, the whole model's norm).
 """
 
 import math
@@ -16,8 +17,8 @@ import torch
 from mtb.checkpoint.session import CheckpointSession
 from mtb.clock import PhaseClock
 from mtb.data import SyntheticTokens
-from mtb.distributed import ranks_with
-from mtb.engine import make_optimizer, norm_value
+from mtb.distributed import rank_rows
+from mtb.engine import make_optimizer, norm_shard, replicated
 from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
@@ -162,18 +163,34 @@ class Trainer:
 
     def optimizer_phase(self, engine, loss_sum: torch.Tensor, step: int):
         """Learning rate, clipping, the finiteness check and the optimizer step."""
-        accum = self.training.grad_accum_steps
         lr = lr_at(step, self.training, self.training.steps)
         engine.set_lr(lr)
         max_norm = self.training.max_grad_norm
         raw_norm = engine.grad_norm()  # every step, clipping or not: one fused norm
-        norm = norm_value(raw_norm)
-        loss_value = loss_sum.item() / accum
-        self.check_finite(step, loss_value, norm)
-        info = engine.optimizer_step(max_norm, raw_norm)
+        loss_value, norm = self.agree_finite(step, loss_sum, raw_norm)
+        info = engine.optimizer_step(max_norm, replicated(raw_norm, norm))
         if norm is not None:
             info.grad_norm, info.clipped = norm, max_norm is not None and norm > max_norm
         return info, lr, loss_value
+
+    def agree_finite(self, step: int, loss_sum: torch.Tensor, raw_norm):
+        """This rank's mean loss and the model's gradient norm, checked on every rank.
+
+        One all_reduce (and the step's only host sync) carries every rank's
+        loss and gradient norm; a sharded norm travels as this rank's shard
+        norm and is combined here. A non-finite norm is how non-finite
+        gradients show.
+        """
+        local, sharded = norm_shard(raw_norm)
+        loss = loss_sum.detach().float().reshape(())
+        row = torch.stack([loss, loss.new_zeros(()) if local is None else local.float()])
+        table = rank_rows(self.context, row)
+        if sharded:
+            table[:, 1] = table[:, 1].square().sum().sqrt()
+        losses, norms = zip(*table.tolist(), strict=True)
+        self.check_finite(step, losses, None if raw_norm is None else norms)
+        norm = None if raw_norm is None else norms[self.context.rank]
+        return losses[self.context.rank] / self.training.grad_accum_steps, norm
 
     def maybe_poison(self, loss: torch.Tensor, step: int, micro: int) -> torch.Tensor:
         """--inject-nan-at-step: a NaN loss on the chosen rank, for fault tests."""
@@ -186,16 +203,16 @@ class Trainer:
             return loss * float("nan")
         return loss
 
-    def check_finite(self, step: int, loss: float, grad_norm) -> None:
-        """Agree across ranks (one collective) whether anyone saw a non-finite value.
+    def check_finite(self, step: int, losses, norms) -> None:
+        """Stop every rank alike when any rank's loss or gradient norm is non-finite.
 
         Raises the same error on every rank before any optimizer or scheduler
         step, so parameters stay as they were after the last good step. A
         non-finite loss is the cause named: the gradients it spreads to (on
         every rank, once synchronised) are named only when every loss was finite.
         """
-        bad_grad = grad_norm is not None and not math.isfinite(grad_norm)
-        bad_loss, bad_grads = ranks_with(self.context, [not math.isfinite(loss), bad_grad])
+        bad_loss = [rank for rank, loss in enumerate(losses) if not math.isfinite(loss)]
+        bad_grads = [rank for rank, norm in enumerate(norms or ()) if not math.isfinite(norm)]
         if bad_loss:
             what = f"loss on rank(s) {', '.join(map(str, bad_loss))}"
         elif bad_grads:
