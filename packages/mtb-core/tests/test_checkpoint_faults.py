@@ -8,15 +8,18 @@ import sys
 import time
 
 import pytest
-from conftest import mtb_subprocess, read_json
+from conftest import child_env, mtb_subprocess, read_json
 
 from mtb.checkpoint import layout, lock
 from mtb.checkpoint.metadata import check_intact
 from mtb.fault.obstacles import paused
 
 pytestmark = pytest.mark.timeout(600)
-DDP = [
-    "run", "--strategy", "ddp", "--nproc-per-node", 2, "--device", "cpu", "--preset", "tiny",
+#: core's data-parallel test strategy (the ddp strategy is another package's)
+PLUGIN = {"MTB_PLUGIN_MODULES": "mtb_test_allreduce", "MTB_LOAD_PLUGINS": ""}
+TWO_RANKS = [
+    "run", "--strategy", "test-allreduce", "--nproc-per-node", 2, "--device", "cpu",
+    "--preset", "tiny",
     "--warmup-steps", 0, "--save-every", 2, "--dropout", "0.1", "--record-digests",
     "--timeout", 240,
 ]  # fmt: skip
@@ -31,13 +34,13 @@ def test_resume_latest_finishes_past_a_lagging_latest(tmp_path):
     """The issue's reproduction: latest set back to step 4 while step 6 is READY."""
     ck = tmp_path / "ck"
     first = mtb_subprocess(
-        [*DDP, "--checkpoint-dir", ck, "--steps", 6, "--output", tmp_path / "a.json"]
+        [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 6, "--output", tmp_path / "a.json"], env=PLUGIN
     )
     assert first.returncode == 0, first.stderr
     (ck / layout.LATEST).write_text("step_00000004\n")
     resumed = mtb_subprocess(
         [
-            *DDP,
+            *TWO_RANKS,
             "--checkpoint-dir",
             ck,
             "--steps",
@@ -46,7 +49,8 @@ def test_resume_latest_finishes_past_a_lagging_latest(tmp_path):
             tmp_path / "b.json",
             "--resume",
             "latest",
-        ]
+        ],
+        PLUGIN,
     )
     assert resumed.returncode == 0, resumed.stderr
     done = read_json(tmp_path / "b.json")
@@ -76,8 +80,8 @@ def wait_for_holder(lock_file, pid: int, timeout_s: float = 120) -> None:
 @pytest.mark.slow
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     ck = tmp_path / "ck"
-    args = [*DDP, "--checkpoint-dir", ck, "--steps", 40, "--save-every", 20]
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    args = [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 40, "--save-every", 20]
+    env = child_env(PLUGIN)
     holder = subprocess.Popen(
         [sys.executable, "-m", "mtb", *map(str, args), "--output", str(tmp_path / "a.json")],
         env=env,
@@ -88,7 +92,7 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     try:
         wait_for_holder(ck / lock.LOCK, holder.pid)
         with paused(holder.pid):  # the holder cannot finish first on a fast machine
-            second = mtb_subprocess([*args, "--output", tmp_path / "b.json"], timeout=120)
+            second = mtb_subprocess([*args, "--output", tmp_path / "b.json"], PLUGIN, timeout=120)
             cleaning = mtb_subprocess(["checkpoint", "clean", ck], timeout=120)
         _, holder_err = holder.communicate(timeout=300)
     finally:
@@ -130,7 +134,7 @@ def test_a_full_disk_fails_the_save_in_one_line_and_keeps_the_older_checkpoint(
 ):
     ck = small_disk / "ck"
     out = tmp_path / "r.json"
-    done = mtb_subprocess([*DDP, "--checkpoint-dir", ck, "--steps", 6, "--output", out])
+    done = mtb_subprocess([*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 6, "--output", out], PLUGIN)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "unexpected pos" not in done.stderr
     (line,) = error_lines(done)
@@ -159,11 +163,11 @@ def test_under_torchrun_a_refused_run_leaves_a_failure_document(tmp_path):
     ck, out = tmp_path / "ck", tmp_path / "r.json"
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
               "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "mtb"]  # fmt: skip
-    args = [*DDP[5:], "--steps", 2, "--checkpoint-dir", ck, "--output", out]
+    args = [*TWO_RANKS[5:], "--steps", 2, "--checkpoint-dir", ck, "--output", out]
     with lock.held(ck, "mtb test"):
         done = subprocess.run(
-            [*launch, "run", "--strategy", "ddp", *map(str, args)],
-            capture_output=True, text=True, timeout=240,
+            [*launch, "run", "--strategy", "test-allreduce", *map(str, args)],
+            env=child_env(PLUGIN), capture_output=True, text=True, timeout=240,
         )  # fmt: skip
     assert done.returncode != 0
     document = read_json(out)
@@ -180,10 +184,10 @@ def test_a_file_size_limit_fails_the_save_in_one_line_without_root(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
     ck, out = tmp_path / "ck", tmp_path / "r.json"
-    args = [*DDP, "--checkpoint-dir", ck, "--steps", 4, "--output", out]
+    args = [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 4, "--output", out]
     done = subprocess.run(
         [sys.executable, "-m", "mtb", *map(str, args)],
-        preexec_fn=cap, capture_output=True, text=True, timeout=240,
+        env=child_env(PLUGIN), preexec_fn=cap, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr
     (line,) = error_lines(done)

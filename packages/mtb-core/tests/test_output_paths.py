@@ -122,8 +122,9 @@ def test_real_run_with_a_bad_output_trains_nothing(places):
     """A real ``mtb run`` over 2 ranks: refused in well under a training's time, no files."""
     started = time.monotonic()
     out = places / "file" / "r.json"
-    args = ["run", "--strategy", "ddp", "--nproc-per-node", 2, "--device", "cpu", *TINY]
-    done = mtb_subprocess([*args, "--checkpoint-dir", places / "ck", "--output", out])
+    args = ["run", "--strategy", "test-allreduce", "--nproc-per-node", 2, "--device", "cpu", *TINY]
+    plugin = {"MTB_PLUGIN_MODULES": "mtb_test_allreduce", "MTB_LOAD_PLUGINS": ""}
+    done = mtb_subprocess([*args, "--checkpoint-dir", places / "ck", "--output", out], plugin)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"Error: --output: {out}: {places / 'file'} is not a directory"

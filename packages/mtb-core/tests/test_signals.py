@@ -27,6 +27,17 @@ LONG = ["--preset", "tiny", "--steps", "100000", "--warmup-steps", "0", "--save-
 TWO_RANKS = ["--strategy", "test-allreduce", "--nproc-per-node", "2"]
 
 
+def as_from_a_terminal() -> None:
+    """Default dispositions in the child, as a shell in a terminal starts a command.
+
+    A test suite run as a background job inherits SIGINT ignored, and mtb keeps
+    an ignored signal ignored (as nohup asks): without this the Ctrl-C tests
+    would test that instead.
+    """
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 class Run:
     """``python -m mtb run ARGS`` started in its own session, stderr in a file."""
 
@@ -42,6 +53,7 @@ class Run:
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
                 start_new_session=True,
+                preexec_fn=as_from_a_terminal,
             )
         self.tree = psutil.Process(self.process.pid)
         self.seen: list[psutil.Process] = []
@@ -193,6 +205,7 @@ def sleeper(tmp_path, launcher_pid: int) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
 
 

@@ -53,6 +53,18 @@ class NonFiniteError(RunFailed):
     """A loss or gradient was NaN or infinite; every rank stops with the same message."""
 
 
+def found_in(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``error`` or the first exception of ``kind`` it was raised from or during."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 class Interrupted(RunFailed):
     """The run was stopped by a signal to the launcher (Ctrl-C, SIGTERM): exit 128 + N."""
 

@@ -18,7 +18,7 @@ import attrs
 from mtb import components, gpu_guard, memory, output_paths, provenance, run_options, run_reports
 from mtb.checkpoint import lock as checkpoint_lock
 from mtb.documents import default_output, document_provenance, plugin_list, write_result
-from mtb.errors import Interrupted, RunFailed, UsageError, one_line, warn
+from mtb.errors import Interrupted, RunFailed, UsageError, found_in, one_line, warn
 from mtb.launch import LaunchTimeout, deadline, interruptible, spawn
 from mtb.results import failure_document, failure_status
 
@@ -148,6 +148,10 @@ def launch(config, pm) -> dict | None:
         # under torchrun nothing was checked before: its usage errors surface here
         if os.environ.get("MTB_DEBUG") or (torchrun and isinstance(error, UsageError)):
             raise
+        stop = found_in(error, Interrupted)  # a signal that landed in code that wrapped it
+        if stop is not None:
+            record_failure(config, pm, "failed", str(stop))
+            raise stop from None
         message = one_line(error)
         record_failure(config, pm, failure_status(message), message)
         raise RunFailed(message) from None

@@ -12,7 +12,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from mtb.errors import MtbError, RunFailed, one_line
+from mtb.errors import Interrupted, MtbError, RunFailed, one_line
 
 NO_SPACE = "No space left on device"
 FULL = {
@@ -101,6 +101,9 @@ def one_line_failures(directory: Path, step_name: str):
     except (MtbError, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:
+        stop = next((e for e in causes(error) if isinstance(e, Interrupted)), None)
+        if stop is not None:  # a signal that landed inside DCP's save: the run was stopped
+            raise stop from None
         line = describe(error, directory, step_name)
         if line is None:
             raise
