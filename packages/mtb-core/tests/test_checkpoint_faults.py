@@ -34,7 +34,8 @@ def test_resume_latest_finishes_past_a_lagging_latest(tmp_path):
     """The issue's reproduction: latest set back to step 4 while step 6 is READY."""
     ck = tmp_path / "ck"
     first = mtb_subprocess(
-        [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 6, "--output", tmp_path / "a.json"], env=PLUGIN
+        [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 6, "--output", tmp_path / "a.json"],
+        env=PLUGIN,
     )
     assert first.returncode == 0, first.stderr
     (ck / layout.LATEST).write_text("step_00000004\n")
@@ -134,7 +135,9 @@ def test_a_full_disk_fails_the_save_in_one_line_and_keeps_the_older_checkpoint(
 ):
     ck = small_disk / "ck"
     out = tmp_path / "r.json"
-    done = mtb_subprocess([*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 6, "--output", out], PLUGIN)
+    done = mtb_subprocess(
+        [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 6, "--output", out], PLUGIN
+    )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "unexpected pos" not in done.stderr
     (line,) = error_lines(done)
