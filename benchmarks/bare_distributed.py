@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from harness import bare_optimizer_and_data
 
-from mtb.api import GPT, SyntheticTokens, config_from_dict
+from mtb.api import GPT, config_from_dict
 
 
 def reduce_scatter_single(output_tensor, input_tensor, group, op, async_op=False):
@@ -53,17 +54,7 @@ def main(strategy: str, config_path: str, out: str) -> None:
     torch.manual_seed(config.data.seed)
     model = wrap(GPT(config.model), strategy)
     training = config.training
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=training.lr, weight_decay=training.weight_decay
-    )
-    data = SyntheticTokens(
-        vocab_size=config.model.vocab_size,
-        seq_len=config.model.seq_len,
-        micro_batch_size=config.data.micro_batch_size,
-        seed=config.data.seed,
-        dp_rank=rank,
-        dp_world_size=world,
-    )
+    optimizer, data = bare_optimizer_and_data(config, model, dp_rank=rank, dp_world_size=world)
     ends, loss = [], None
     for step in range(training.steps):
         batch = data.batch(step, 0)

@@ -62,7 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import compare_rounds, rates, stats
+from harness import bare_optimizer_and_data, compare_rounds, rates, stats
 
 from mtb.api import hookimpl  # cheap: importing mtb does not import torch
 
@@ -143,23 +143,14 @@ def run_bare(config) -> dict:
     """The plainest training loop over mtb's model, data and optimizer settings."""
     import torch
 
-    from mtb.api import GPT, SyntheticTokens, distributed
+    from mtb.api import GPT, distributed
 
     device = torch.device(distributed.resolve_device_type(config.launch.device))
     cuda = device.type == "cuda"
     torch.manual_seed(config.data.seed)
     model = GPT(config.model).to(device)
     training = config.training
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=training.lr, weight_decay=training.weight_decay
-    )
-    data = SyntheticTokens(
-        vocab_size=config.model.vocab_size,
-        seq_len=config.model.seq_len,
-        micro_batch_size=config.data.micro_batch_size,
-        seed=config.data.seed,
-        device=device,
-    )
+    optimizer, data = bare_optimizer_and_data(config, model, device=device)
     ends = []
     loss = None
     for step in range(training.steps):

@@ -37,6 +37,26 @@ def rates(step_ends: list[float], warmup: int, tokens_per_step: int) -> dict:
     }
 
 
+def bare_optimizer_and_data(config, model, **data_options) -> tuple:
+    """AdamW and synthetic tokens as mtb sets them up from ``config``, for a bare loop."""
+    import torch
+
+    from mtb.api import SyntheticTokens
+
+    training = config.training
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=training.lr, weight_decay=training.weight_decay
+    )
+    data = SyntheticTokens(
+        vocab_size=config.model.vocab_size,
+        seq_len=config.model.seq_len,
+        micro_batch_size=config.data.micro_batch_size,
+        seed=config.data.seed,
+        **data_options,
+    )
+    return optimizer, data
+
+
 def stats(values: list[float]) -> dict:
     from mtb.api import summarize
 
