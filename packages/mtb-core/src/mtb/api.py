@@ -5,7 +5,8 @@ Everything a plugin builds on is named in ``__all__``; every other module of
 packages to this module). Importing it stays cheap: names that need torch
 (engines, the model, process groups) are imported on first use.
 
-Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Engine
+Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Layout (the
+parallel layout a strategy checks and builds its mesh from), Engine
 (with StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
 ProfileSession), Reporter, hookimpl.
 Runtime services: result documents (:func:`result_document`,
@@ -23,6 +24,7 @@ from mtb.checkpoint.backend import CheckpointBackend
 from mtb.context import RunContext
 from mtb.errors import ConfigError, MtbError, PluginError, RunFailed, UsageError
 from mtb.hookspecs import hookimpl
+from mtb.layout import Layout
 from mtb.options import Option
 from mtb.profiling.protocol import Profiler, ProfileSession
 from mtb.reporting import Reporter, append_whole, publish, write_atomic
@@ -143,6 +145,7 @@ __all__ = [
     "Engine",
     "LaunchConfig",
     "LaunchTimeout",
+    "Layout",
     "ModelStateBytes",
     "MtbError",
     "Option",

@@ -296,6 +296,63 @@ class LaunchConfig:
             )
 
 
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+
+
+@attrs.define(kw_only=True)
+class ParallelConfig:
+    """The parallel layout: how the world's ranks split into mesh dimensions.
+
+    The product dp_replicate x dp_shard x tp x pp must equal the world size;
+    ``dp_shard = -1`` takes whatever is left. ``ep`` is not a factor of its own:
+    expert-parallel groups are carved out of the data-parallel ranks. Checked
+    against the world size and the model by :func:`mtb.layout.Layout.of` before launch.
+    """
+
+    SECTION = "parallel"
+
+    dp_replicate: int = setting(
+        1, help="data-parallel replicas (HSDP's replicate dimension)", minimum=1, maximum=65536
+    )
+    dp_shard: int = setting(
+        -1,
+        help="data-parallel shards (FSDP's shard dimension); -1: the world size "
+        "divided by the other dimensions",
+        minimum=-1,
+        maximum=65536,
+        shown_default="-1 (what is left)",
+    )
+    tp: int = setting(1, help="tensor-parallel degree", minimum=1, maximum=1024)
+    pp: int = setting(1, help="pipeline-parallel stages (ranks)", minimum=1, maximum=1024)
+    ep: int = setting(
+        1,
+        help="expert-parallel degree (mixture-of-experts models; divides the data-parallel size)",
+        minimum=1,
+        maximum=65536,
+    )
+    sequence_parallel: bool = setting(
+        False, help="shard norms and dropout over the sequence across the tensor-parallel ranks"
+    )
+    pp_schedule: str = setting("1f1b", help="pipeline schedule", choices=PP_SCHEDULES)
+    pp_microbatches: int | None = setting(
+        None,
+        help="micro-batches each step's batch is split into for the pipeline schedule",
+        minimum=1,
+        maximum=65536,
+        shown_default="the number of pipeline stages",
+    )
+    pp_stages_per_rank: int = setting(
+        1,
+        help="pipeline stages each rank holds (more than 1: interleaved-1f1b)",
+        minimum=1,
+        maximum=64,
+    )
+
+    def __attrs_post_init__(self):
+        if self.dp_shard == 0:
+            raise ConfigError("parallel.dp_shard", "must be >= 1, or -1 for what is left; got 0")
+
+
 @attrs.define(kw_only=True)
 class CheckpointConfig:
     """Where and how often to save, how many to keep, and what to resume from."""
@@ -468,6 +525,7 @@ class RunConfig:
     training: TrainingConfig = attrs.field(factory=TrainingConfig, metadata={"section": True})
     launch: LaunchConfig = attrs.field(factory=LaunchConfig, metadata={"section": True})
     checkpoint: CheckpointConfig = attrs.field(factory=CheckpointConfig, metadata={"section": True})
+    parallel: ParallelConfig = attrs.field(factory=ParallelConfig, metadata={"section": True})
     profile: ProfileConfig = attrs.field(factory=ProfileConfig, metadata={"section": True})
     strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
     checkpoint_backend_options: dict[str, Any] = attrs.field(
@@ -526,6 +584,7 @@ SECTIONS = {
     "training": TrainingConfig,
     "launch": LaunchConfig,
     "checkpoint": CheckpointConfig,
+    "parallel": ParallelConfig,
     "profile": ProfileConfig,
 }
 

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from mtb.config import RunConfig
+from mtb.layout import Layout
 
 if TYPE_CHECKING:
     import torch
@@ -30,13 +31,18 @@ class RunContext:
         return self.backend is not None
 
     @property
+    def layout(self) -> Layout:
+        """The run's parallel layout on this world (checked before launch)."""
+        return Layout.of(self.config, self.world_size)
+
+    @property
     def dp_rank(self) -> int:
-        """Data-parallel rank: every strategy in core is pure data parallel."""
-        return self.rank
+        """Data-parallel rank: tensor- and pipeline-parallel peers share it and their batches."""
+        return self.layout.dp_rank(self.rank)
 
     @property
     def dp_world_size(self) -> int:
-        return self.world_size
+        return self.layout.dp
 
     @property
     def is_main(self) -> bool:

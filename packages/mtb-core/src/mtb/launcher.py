@@ -20,6 +20,7 @@ from mtb.checkpoint import lock as checkpoint_lock
 from mtb.documents import default_output, document_provenance, plugin_list, write_result
 from mtb.errors import Interrupted, RunFailed, UsageError, found_in, one_line, warn
 from mtb.launch import LaunchTimeout, deadline, interruptible, spawn
+from mtb.layout import Layout
 from mtb.results import failure_document, failure_status
 
 
@@ -53,6 +54,7 @@ def preflight(config, pm) -> None:
     if device_type == "cpu" and (crowded := cpu_oversubscription(config.launch.nproc_per_node)):
         warn(crowded)
     strategy.check(config, device_type)
+    strategy.check_layout(Layout.of(config))
     output_paths.check_run(config)
     run_reports.check(config, pm)
     lifecycle.preflight(config, pm, strategy)

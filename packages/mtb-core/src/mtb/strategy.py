@@ -47,6 +47,8 @@ class Strategy:
     install_hint: str = ""
     #: settings this strategy adds to ``mtb run`` and ``[strategy_options]``
     options: ClassVar[tuple[StrategyOption, ...]] = ()
+    #: layout dimensions beyond plain data parallelism it can take (see mtb.layout.MODEL_DIMS)
+    parallel_dims: tuple[str, ...] = ()
     #: model states split across the data-parallel ranks (for the analytic estimate)
     sharded_states: tuple[str, ...] = ()
 
@@ -100,6 +102,19 @@ class Strategy:
                 f"training.precision: {config.training.precision!r} is not supported by "
                 f"strategy {self.name!r} on {device_type}; allowed: {', '.join(allowed)}"
             )
+
+    def check_layout(self, layout) -> None:
+        """Refuse a layout dimension this strategy does not declare in ``parallel_dims``.
+
+        Core calls it next to :meth:`check`, with the layout on the real world size.
+        """
+        for dim in layout.beyond_data_parallel():
+            if dim not in self.parallel_dims:
+                takes = ", ".join(self.parallel_dims) or "data parallelism only"
+                raise UsageError(
+                    f"parallel.{dim}: strategy {self.name!r} cannot take {dim} "
+                    f"{getattr(layout, dim)} (it takes: {takes})"
+                )
 
     def setup(self, model, make_optimizer, context):
         """Wrap ``model``, build its optimizer and return an :class:`mtb.engine.Engine`.

@@ -87,6 +87,7 @@ def train(context, pm) -> tuple[list, dict | None]:
     """Every trial on this rank: its TrialRecords, and its profile when profiling."""
     strategy = pm.registry("strategy").get(context.config.strategy)
     strategy.check(context.config, context.device.type)
+    strategy.check_layout(context.layout)
     trainer = Trainer(context, strategy, pm)
     with step_progress(context) as on_step:
         if context.config.profile.enabled:
@@ -123,6 +124,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     prov = document_provenance(plugins, allowed, started=started, nodes=nodes)
     environment = {
         "world_size": context.world_size,
+        "layout": context.layout.as_dict(),
         "device": str(context.device.type),
         "backend": context.backend,
         "hostnames": hostnames,

@@ -1,0 +1,183 @@
+"""The parallel layout of a run: mesh dimensions, rank order, checks.
+
+One layout per run, resolved from ``[parallel]`` and the world size, checked
+against the model before any process starts, and written into the result. The
+rank order is Megatron-LM's default: tensor parallel varies fastest, then data
+parallel (replicate outside shard), then pipeline parallel, so
+
+    rank = tp_rank + tp x (dp_shard_rank + dp_shard x (dp_replicate_rank + dp_replicate x pp_rank))
+
+Expert parallelism is no factor of the world size: ``ep`` ranks are carved out
+of the data-parallel ranks (they see different batches), as torchtitan does.
+This module needs no torch; a strategy builds its ``DeviceMesh`` from
+:attr:`Layout.mesh_shape` and :attr:`Layout.mesh_dim_names`.
+"""
+
+import attrs
+
+from mtb.errors import ConfigError
+
+#: mesh dimensions, slowest-varying first (the order of ``init_device_mesh``)
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+#: the rank order written into results, fastest first
+RANK_ORDER = "tp-dp-pp"
+#: how each dimension is named in a layout's label, in label order
+LABELS = (("dp_replicate", "rep"), ("dp_shard", "dp"), ("tp", "tp"), ("pp", "pp"), ("ep", "ep"))
+#: dimensions beyond plain data parallelism that a strategy must declare it takes
+MODEL_DIMS = ("dp_replicate", "tp", "pp", "ep")
+
+
+@attrs.frozen(kw_only=True)
+class Layout:
+    """Sizes of each mesh dimension, resolved (no -1)."""
+
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+    @classmethod
+    def of(cls, config, world_size: int | None = None) -> "Layout":
+        """The layout of ``config`` on ``world_size`` ranks, or one ConfigError naming it."""
+        parallel = config.parallel
+        world = config.launch.world_size if world_size is None else world_size
+        dp_shard = _resolve_shard(parallel, world)
+        layout = cls(
+            dp_replicate=parallel.dp_replicate,
+            dp_shard=dp_shard,
+            tp=parallel.tp,
+            pp=parallel.pp,
+            ep=parallel.ep,
+        )
+        if layout.world_size != world:
+            raise ConfigError(
+                "parallel",
+                f"dp_replicate {layout.dp_replicate} x dp_shard {dp_shard} x tp {layout.tp} "
+                f"x pp {layout.pp} = {layout.world_size} must equal the world size {world}",
+            )
+        _check_model(layout, config)
+        _check_pipeline(layout, config)
+        if layout.dp % layout.ep:
+            raise ConfigError(
+                "parallel.ep",
+                f"{layout.ep} must divide the data-parallel size {layout.dp} "
+                "(dp_replicate x dp_shard)",
+            )
+        return layout
+
+    @property
+    def dp(self) -> int:
+        """Ranks that see different data: replicas times shards."""
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        return tuple(getattr(self, dim) for dim in MESH_DIMS)
+
+    @property
+    def mesh_dim_names(self) -> tuple[str, ...]:
+        return MESH_DIMS
+
+    @property
+    def label(self) -> str:
+        """Short name of the layout, e.g. ``dp2·tp2`` (``dp1`` for one process)."""
+        parts = [f"{name}{getattr(self, dim)}" for dim, name in LABELS if getattr(self, dim) > 1]
+        return "·".join(parts) or "dp1"
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """This rank's index along each mesh dimension."""
+        coords = {}
+        for dim in reversed(MESH_DIMS):
+            size = getattr(self, dim)
+            coords[dim] = rank % size
+            rank //= size
+        return {dim: coords[dim] for dim in MESH_DIMS}
+
+    def dp_rank(self, rank: int) -> int:
+        """Index among the data-parallel ranks: tp and pp peers share it (and their batch)."""
+        at = self.coordinates(rank)
+        return at["dp_replicate"] * self.dp_shard + at["dp_shard"]
+
+    def beyond_data_parallel(self) -> list[str]:
+        """The dimensions above 1 that a pure data-parallel strategy cannot take."""
+        return [dim for dim in MODEL_DIMS if getattr(self, dim) > 1]
+
+    def as_dict(self) -> dict:
+        """The layout as the result document records it."""
+        return {
+            **attrs.asdict(self),
+            "dp": self.dp,
+            "label": self.label,
+            "mesh_dims": list(MESH_DIMS),
+            "rank_order": RANK_ORDER,
+        }
+
+
+def _resolve_shard(parallel, world: int) -> int:
+    if parallel.dp_shard != -1:
+        return parallel.dp_shard
+    others = parallel.dp_replicate * parallel.tp * parallel.pp
+    if world % others:
+        raise ConfigError(
+            "parallel.dp_shard",
+            f"-1 needs dp_replicate {parallel.dp_replicate} x tp {parallel.tp} x pp "
+            f"{parallel.pp} = {others} to divide the world size {world}",
+        )
+    return world // others
+
+
+def _check_model(layout: Layout, config) -> None:
+    model = config.model
+    for field in ("n_heads", "d_model"):
+        value = getattr(model, field)
+        if value % layout.tp:
+            raise ConfigError("parallel.tp", f"{layout.tp} must divide model.{field}={value}")
+    if config.parallel.sequence_parallel and layout.tp == 1:
+        raise ConfigError("parallel.sequence_parallel", "needs parallel.tp > 1")
+
+
+def _check_pipeline(layout: Layout, config) -> None:
+    parallel = config.parallel
+    stages = layout.pp * parallel.pp_stages_per_rank
+    interleaved = parallel.pp_schedule == "interleaved-1f1b"
+    if interleaved != (parallel.pp_stages_per_rank > 1):
+        raise ConfigError(
+            "parallel.pp_stages_per_rank",
+            f"{parallel.pp_stages_per_rank} with pp_schedule {parallel.pp_schedule!r}: "
+            "more than 1 stage per rank is the interleaved-1f1b schedule, and it needs more than 1",
+        )
+    if layout.pp == 1:
+        return
+    if stages > config.model.n_layers:
+        raise ConfigError(
+            "parallel.pp",
+            f"pp {layout.pp} x pp_stages_per_rank {parallel.pp_stages_per_rank} = {stages} "
+            f"stages must be <= model.n_layers={config.model.n_layers}",
+        )
+    microbatches = microbatches_of(config)
+    sequences = config.data.micro_batch_size * config.training.grad_accum_steps
+    if sequences % microbatches:
+        raise ConfigError(
+            "parallel.pp_microbatches",
+            f"{microbatches} must divide the sequences of a step on one data-parallel rank, "
+            f"data.micro_batch_size x training.grad_accum_steps = {sequences}",
+        )
+    if parallel.pp_schedule != "gpipe" and microbatches < stages:
+        raise ConfigError(
+            "parallel.pp_microbatches",
+            f"{microbatches} is fewer than the {stages} pipeline stages; "
+            f"{parallel.pp_schedule} needs at least one micro-batch per stage",
+        )
+
+
+def microbatches_of(config) -> int:
+    """Micro-batches per step of a pipeline schedule (default: one per stage)."""
+    parallel = config.parallel
+    if parallel.pp_microbatches is not None:
+        return parallel.pp_microbatches
+    return parallel.pp * parallel.pp_stages_per_rank
