@@ -8,6 +8,9 @@ again; this script instead
   (``wheelhouse/`` at the repository root, kept out of git) holding what
   mtb needs and such an image lacks, for the image's Python (3.12 by
   default), plus a MANIFEST.json listing each file, its size and SHA256;
+- prints the ``requirements`` of the mtb packages less torch, for an image
+  that installs them from an index before the packages with ``--no-deps``
+  (the megatron image keeps NGC's torch that way);
 - ``install``s, on the image, from the checkout and that folder only
   (``pip install --no-index``): the missing dependencies from the
   wheelhouse, then the mtb packages from their source folders with
@@ -201,13 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--python-version", default=PYTHON_VERSION, help="the image's Python")
     make.add_argument("--image-has", default=",".join(IMAGE_HAS), help="comma-separated names")
     put = commands.add_parser("install", help="install mtb offline next to the existing torch")
-    for command in (make, put):
+    show = commands.add_parser("requirements", help="print mtb's requirements less torch")
+    for command in (make, put, show):
         command.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
         command.add_argument("--extras", default=",".join(EXTRAS), help="mtb extras to include")
     args = parser.parse_args(argv)
     extras = tuple(e for e in args.extras.split(",") if e)
     try:
-        if args.command == "build":
+        if args.command == "requirements":
+            print("\n".join(requirements(extras)))
+        elif args.command == "build":
             have = tuple(n for n in args.image_has.split(",") if n)
             manifest = build(args.wheelhouse, args.python_version, have, extras)
             for wheel in manifest["wheels"]:
