@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         write_result,
     )
     from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy
+    from mtb.gpu_guard import check as refuse_busy_gpus
     from mtb.launch import LaunchTimeout, node_provenance, run_function
     from mtb.launcher import launch as run_training
     from mtb.memory import format_size
@@ -69,6 +70,7 @@ _LAZY = {
     "StepInfo": ("mtb.engine", "StepInfo"),
     "ModelStateBytes": ("mtb.engine", "ModelStateBytes"),
     "cpu_copy": ("mtb.engine", "cpu_copy"),
+    "refuse_busy_gpus": ("mtb.gpu_guard", "check"),
     "LAUNCH_SECTION": ("mtb.cli.config_options", "LAUNCH"),
     "launch_options": ("mtb.cli.config_options", "launch_options"),
     "option_for": ("mtb.cli.config_options", "option_for"),
@@ -188,6 +190,7 @@ __all__ = [
     "plain_console",
     "plugin_list",
     "publish",
+    "refuse_busy_gpus",
     "resolve_config",
     "result_document",
     "run_function",
