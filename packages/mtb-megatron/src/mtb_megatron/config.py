@@ -35,8 +35,8 @@ class MegatronConfig:
     )
     megatron_ref: str = setting(
         DEFAULT_REF,
-        help="commit, tag or branch the checkout's HEAD must be (default: the megatron "
-        "image's megatron-core release)",
+        help="commit, tag or branch the checkout's HEAD must be; the default is the tag of "
+        "the megatron image's megatron-core",
     )
     topologies: list[Topology] = attrs.field(factory=lambda: [Topology(1, 1)])
     num_layers: int = setting(12, help="transformer layers", minimum=1)
