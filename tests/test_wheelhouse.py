@@ -106,6 +106,10 @@ def test_mtb_installs_offline_next_to_an_existing_torch_and_trains(tmp_path):
     files = [w["file"] for w in manifest["wheels"]]
     assert not [f for f in files if f.startswith(("torch-", "numpy-"))], files
     assert {f.split("-")[0] for f in files} >= {"cattrs", "tomli_w", "setuptools"}
+    cattrs = next(wheelhouse.glob("cattrs-*.whl"))
+    needs = {v: _module()._dependencies(cattrs, v) for v in ("3.10", "3.12")}
+    assert any(r.startswith("exceptiongroup") for r in needs["3.10"])  # markers are the target's
+    assert not any(r.startswith("exceptiongroup") for r in needs["3.12"])
 
     python = image(venv)
     before = torch_of(python)

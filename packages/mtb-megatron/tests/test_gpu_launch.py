@@ -2,6 +2,8 @@
 without Transformer Engine, and the busy-GPU refusal of performance runs, each shown by
 --dry-run before anything runs."""
 
+import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -108,7 +110,7 @@ def busy_gpu(tmp_path, monkeypatch):
         "esac\n"
     )
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{folder}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     monkeypatch.delenv("ALLOW_BUSY_GPUS", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
@@ -133,3 +135,27 @@ def test_performance_runs_refuse_gpus_other_processes_use(
         "wait for them or set ALLOW_BUSY_GPUS=1"
     )
     assert not out.exists() and not out.with_name("never.logs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_allowed_busy_gpus_run_and_the_guard_is_recorded(
+    cli, checkout, engine, busy_gpu, tmp_path, monkeypatch
+):
+    engine(True)
+    monkeypatch.setenv("ALLOW_BUSY_GPUS", "1")
+    monkeypatch.setenv("FAKE_MEGATRON_MODE", "ok")
+    out = tmp_path / "allowed.json"
+    argv = ["megatron", "run", "--megatron-dir", str(checkout["path"]), "--nproc-per-node", "1"]
+    argv += ["--num-layers", "2", "--global-batch-size", "4"]
+    argv += ["--evidence", "performance", "--repeats", "3", "--train-iters", "2"]
+    argv += ["--log-interval", "1", "--timeout", "60", "--output", str(out)]
+    result = CliRunner().invoke(cli, [*argv, "--megatron-ref", "v0.1-fake"])
+    assert result.exit_code == 1, result.output  # ran; not valid evidence here (no NVML)
+    document = json.loads(out.read_text())
+    assert [r["status"] for r in document["runs"]] == ["ok"] * 3
+    guard = document["provenance"]["gpu_guard"]
+    assert guard["allowed_busy"] and guard["busy"][0]["foreign_bytes"] == 3 * 2**30
+    assert document["transformer"] == {
+        "requested": "auto", "used": "transformer_engine", "fallback_reason": None
+    }  # fmt: skip
