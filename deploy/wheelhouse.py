@@ -98,7 +98,8 @@ def _download(requirement: str, into: Path, python_version: str) -> Path:
     command += ["--python-version", python_version, *platforms, "--dest", str(into)]
     done = subprocess.run([*command, requirement], capture_output=True, text=True)
     if done.returncode:
-        raise InstallError(f"pip download {requirement}: {done.stderr.strip().splitlines()[-1]}")
+        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        raise InstallError(f"pip download {requirement}: {said[-1]}")
     name = requirement_name(requirement)
     return next(p for p in into.glob("*.whl") if canonical(p.name.split("-")[0]) == name)
 
@@ -122,8 +123,8 @@ def _dependencies(wheel: Path, python_version: str) -> list[str]:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         text = archive.read(name).decode()
     listed = re.findall(r"^Requires-Dist: (.+)$", text, re.M)
-    wanted = [Requirement(r) for r in listed]
-    return [str(r).split(";")[0] for r in wanted if not r.marker or r.marker.evaluate(environment)]
+    parsed = [Requirement(r) for r in listed]
+    return [str(r).split(";")[0] for r in parsed if not r.marker or r.marker.evaluate(environment)]
 
 
 def wanted(have: tuple[str, ...], extras: tuple[str, ...]) -> list[str]:
@@ -184,7 +185,7 @@ def _pip(*args: str) -> None:
 def install(wheelhouse: Path, extras: tuple[str, ...]) -> str:
     """Dependencies from the wheelhouse, then the mtb packages from the checkout; torch kept."""
     if not (wheelhouse / MANIFEST).is_file():
-        raise InstallError(f"{wheelhouse} has no {MANIFEST}: build it first (build)")
+        raise InstallError(f"{wheelhouse} has no {MANIFEST}: run deploy/wheelhouse.py build first")
     before = torch_identity()
     offline = ("--no-index", "--find-links", str(wheelhouse))
     _pip(*offline, *requirements(extras), *BUILD_REQUIREMENTS)
