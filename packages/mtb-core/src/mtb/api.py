@@ -12,7 +12,8 @@ Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
 :func:`write_atomic`, :func:`append_whole`, :func:`publish`, failure
 documents), testing a plugin (:func:`mtb_plugin`), launching (:func:`run_function`,
-the launch options) and the helpers a command needs around them.
+the launch options, the busy-GPU guard :func:`refuse_busy_gpus`) and the helpers a
+command needs around them.
 """
 
 from importlib import import_module
