@@ -41,3 +41,16 @@ def test_every_package_has_core_version_and_depends_on_the_plugin_api_only():
 def test_the_changelog_has_an_entry_for_the_current_version():
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert re.search(rf"^## \[{re.escape(core_version())}\] - \d{{4}}-\d\d-\d\d$", changelog, re.M)
+
+
+#: the torch releases mtb is checked against: 2.11 (the GPU image's) up to the pinned 2.13
+TORCH_RANGE = "torch>=2.11,<2.14"
+
+
+def test_every_package_that_imports_torch_states_the_supported_torch_range():
+    for path in PLUGINS:
+        if path.parent.parent.name != "packages" or path.parent.name == "mtb-report":
+            continue  # the example plugin has torch through core; mtb-report never imports it
+        assert TORCH_RANGE in project(path)["dependencies"], path
+    pinned = re.search(r"^torch==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)[1]
+    assert pinned.startswith("2.13.")

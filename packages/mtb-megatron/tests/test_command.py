@@ -37,6 +37,7 @@ def config(**changes) -> MegatronConfig:
         "train_iters": 20,
         "log_interval": 5,
         "launch": LaunchConfig(nproc_per_node=4),
+        "transformer_impl": "transformer_engine",
         **changes,
     }
     return MegatronConfig(**values)
@@ -52,6 +53,7 @@ def test_each_topology_gives_the_expected_command(topology, tp, pp, dp):
     assert cfg.data_parallel(chosen) == dp
     expected = [*TORCHRUN, "--nproc-per-node", "4", SCRIPT]
     expected += model_args(tp, pp, "--bf16", "--log-throughput")
+    expected += ["--sequence-parallel"] if tp > 1 else []  # Transformer Engine with TP > 1
     assert command.build(cfg, chosen, SCRIPT) == expected
 
 
@@ -69,7 +71,7 @@ def test_precision_throughput_and_multi_node_flags():
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.1:29500", "--rdzv-id", "mtb",
         "--nproc-per-node", "2", "--max-restarts", "1",
     ]  # fmt: skip
-    assert argv[17:] == [SCRIPT, *model_args(2, 1)]
+    assert argv[17:] == [SCRIPT, *model_args(2, 1), "--sequence-parallel"]
 
 
 def test_shell_line_names_directory_and_variables():
@@ -86,7 +88,7 @@ def test_dry_run_prints_every_command_and_runs_nothing(cli, checkout, tmp_path):
     args += ["--num-layers", "2", "--global-batch-size", "4", "--output", str(out), "--dry-run"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+    lines = result.output.strip().splitlines()[2:]  # after the checkout and transformer lines
     assert lines[0::2] == [
         "# 1x1: TP 1, PP 1, DP 2",
         "# 2x1: TP 2, PP 1, DP 1",
@@ -105,5 +107,6 @@ def test_matrix_defaults_to_every_topology_that_fits(cli, checkout):
     args += ["--megatron-dir", str(checkout["path"]), "--megatron-ref", "v0.1-fake"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    names = [line.split(":")[0][2:] for line in result.output.splitlines() if line.startswith("#")]
+    headers = [line for line in result.output.splitlines() if ": TP " in line]
+    names = [line.split(":")[0][2:] for line in headers]
     assert names == ["1x1", "1x2", "2x1", "2x2", "4x1"]  # 1x4: 2 layers over 4 stages

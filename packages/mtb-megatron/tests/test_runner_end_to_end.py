@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from mtb_megatron import transformer
+
 SMALL = ["--num-layers", "2", "--global-batch-size", "4", "--train-iters", "6"]
 SMALL += ["--log-interval", "2", "--timeout", "60"]
 
@@ -133,6 +135,7 @@ def test_a_hanging_launch_is_stopped_at_its_timeout(cli, checkout, tmp_path, mon
 
 
 def test_performance_evidence_needs_repeats_and_checked_gpus(cli, checkout, tmp_path, monkeypatch):
+    monkeypatch.setattr(transformer, "engine_available", lambda: True)  # no fallback refusal
     result, doc = invoke(
         cli, checkout, tmp_path, "run", "--evidence", "performance", monkeypatch=monkeypatch
     )

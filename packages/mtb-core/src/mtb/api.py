@@ -13,7 +13,8 @@ Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
 :func:`write_atomic`, :func:`append_whole`, :func:`publish`, failure
 documents), testing a plugin (:func:`mtb_plugin`), launching (:func:`run_function`,
-the launch options) and the helpers a command needs around them.
+the launch options, the busy-GPU guard :func:`refuse_busy_gpus`) and the helpers a
+command needs around them.
 """
 
 from importlib import import_module
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         write_result,
     )
     from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy
+    from mtb.gpu_guard import check as refuse_busy_gpus
     from mtb.launch import LaunchTimeout, node_provenance, run_function
     from mtb.launcher import launch as run_training
     from mtb.memory import format_size
@@ -71,6 +73,7 @@ _LAZY = {
     "StepInfo": ("mtb.engine", "StepInfo"),
     "ModelStateBytes": ("mtb.engine", "ModelStateBytes"),
     "cpu_copy": ("mtb.engine", "cpu_copy"),
+    "refuse_busy_gpus": ("mtb.gpu_guard", "check"),
     "LAUNCH_SECTION": ("mtb.cli.config_options", "LAUNCH"),
     "launch_options": ("mtb.cli.config_options", "launch_options"),
     "option_for": ("mtb.cli.config_options", "option_for"),
@@ -191,6 +194,7 @@ __all__ = [
     "plain_console",
     "plugin_list",
     "publish",
+    "refuse_busy_gpus",
     "resolve_config",
     "result_document",
     "run_function",

@@ -14,6 +14,7 @@ from mtb.api import document_provenance, result_document, summarize, torch_info,
 from mtb_megatron import runner, validity
 from mtb_megatron.checkout import Checkout
 from mtb_megatron.config import MegatronConfig
+from mtb_megatron.transformer import Choice
 
 VERSION_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_driver")
 
@@ -76,7 +77,9 @@ def _error(records: list[dict]) -> str | None:
     )
 
 
-def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mode: str) -> dict:
+def execute(
+    config: MegatronConfig, checkout: Checkout, choice: Choice, plugins: list[dict], mode: str
+) -> dict:
     """Launch every topology ``config.repeats`` times; the megatron result document."""
     started = utc_now()
     logs = log_dir(config.output)
@@ -90,7 +93,7 @@ def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mod
     # read after the launches: asking torch about the GPUs must not touch them before
     versions = {k: v for k, v in torch_info().items() if k in VERSION_KEYS}
     image = validity.image_identity(config.image, dict(os.environ))
-    context = {"megatron": checkout.to_dict(), "versions": versions}
+    context = {"megatron": checkout.to_dict(), "versions": versions, "transformer": choice}
     topologies, runs = [], []
     for records in launched:
         reasons = validity.assess(records, config.evidence, image, context)
@@ -107,6 +110,7 @@ def execute(config: MegatronConfig, checkout: Checkout, plugins: list[dict], mod
         performance_reasons=reasons,
         config=to_dict(config),
         megatron=checkout.to_dict(),
+        transformer=attrs.asdict(choice),
         image=image,
         versions=versions,
         topologies=topologies,

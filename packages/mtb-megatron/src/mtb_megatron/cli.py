@@ -79,10 +79,12 @@ def _console():
 
 def _benchmark(config: cfg.MegatronConfig, mode: str, dry_run: bool) -> None:
     from mtb.api import RunFailed, plugin_list
-    from mtb_megatron import benchmark, checkout, command, tables
+    from mtb_megatron import benchmark, checkout, command, plan, tables, transformer
 
     pinned = checkout.verify(config.megatron_dir, config.megatron_ref)
+    config, choice = transformer.apply(config)
     if dry_run:
+        print("\n".join(plan.lines(config, pinned, choice)))
         for topology in config.topologies:
             dp = config.data_parallel(topology)
             print(f"# {topology.name}: TP {topology.tp}, PP {topology.pp}, DP {dp}")
@@ -90,8 +92,9 @@ def _benchmark(config: cfg.MegatronConfig, mode: str, dry_run: bool) -> None:
             print(command.shell_line(argv, pinned.path))
         return
     config = _with_output(config)
+    plan.refuse_busy_gpus(config)
     pm = _plugin_manager()
-    document = benchmark.execute(config, pinned, plugin_list(pm), mode)
+    document = benchmark.execute(config, pinned, choice, plugin_list(pm), mode)
     _write(pm, document, config.output)
     console = _console()
     console.print(tables.runs_table(document))

@@ -57,7 +57,15 @@ def megatron_args(config: MegatronConfig, topology: Topology) -> list[str]:
     ]  # fmt: skip
     if config.log_throughput:
         args.append("--log-throughput")
+    if sequence_parallel(config, topology):
+        args.append("--sequence-parallel")
     return args
+
+
+def sequence_parallel(config: MegatronConfig, topology: Topology) -> bool:
+    """Transformer Engine with TP > 1 splits norms and dropout over the sequence too; the
+    PyTorch fallback runs without it (and with TP 1 there is nothing to split over)."""
+    return config.transformer_impl == "transformer_engine" and topology.tp > 1
 
 
 def build(config: MegatronConfig, topology: Topology, script: str) -> list[str]:

@@ -13,7 +13,10 @@ from mtb_megatron.topology import Topology
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 EVIDENCE = ("compatibility", "performance")
-TRANSFORMER_IMPLS = ("transformer_engine", "local")
+TRANSFORMER_IMPLS = ("auto", "transformer_engine", "local")
+#: the Megatron-LM tag of megatron-core 0.16.1, the release the megatron image installs
+#: (constraints.txt); a checkout at another ref is named with --megatron-ref
+DEFAULT_REF = "core_v0.16.1"
 #: a performance claim needs at least this many repeats of each topology
 MIN_PERFORMANCE_REPEATS = 3
 OUTPUT_DEFAULT = "results/megatron-<UTC time>.json"
@@ -31,7 +34,9 @@ class MegatronConfig:
         "", help="Megatron-LM checkout holding pretrain_gpt.py", shown_default="$MEGATRON_DIR"
     )
     megatron_ref: str = setting(
-        "", help="commit, tag or branch the checkout's HEAD must be", shown_default="required"
+        DEFAULT_REF,
+        help="commit, tag or branch the checkout's HEAD must be; the default is the tag of "
+        "the megatron image's megatron-core",
     )
     topologies: list[Topology] = attrs.field(factory=lambda: [Topology(1, 1)])
     num_layers: int = setting(12, help="transformer layers", minimum=1)
@@ -43,8 +48,10 @@ class MegatronConfig:
     global_batch_size: int = setting(8, help="sequences per iteration, all ranks", minimum=1)
     precision: str = setting("bf16", help="numeric precision", choices=PRECISIONS)
     transformer_impl: str = setting(
-        "transformer_engine",
-        help="Megatron's transformer implementation",
+        "auto",
+        help="Megatron's transformer implementation; auto: transformer_engine where it is "
+        "importable, else local (the PyTorch fallback: no sequence parallelism, compatibility "
+        "evidence only)",
         choices=TRANSFORMER_IMPLS,
     )
     lr: float = setting(3e-4, help="learning rate", minimum=0.0)

@@ -59,6 +59,12 @@ def assess(records: list[dict], evidence: str, image: dict, context: dict) -> li
         reasons.append(f"{len(records)} repeat(s), performance needs {MIN_PERFORMANCE_REPEATS}")
     if image["problem"]:
         reasons.append(image["problem"])
+    choice = context.get("transformer")
+    if choice is not None and choice.fallback_reason:
+        reasons.append(
+            f"transformer_impl {choice.used}, the PyTorch fallback ({choice.fallback_reason}): "
+            "compatibility evidence only"
+        )
     for record in records:
         at = f"repeat {record['repeat']}"
         if record["status"] != "ok":

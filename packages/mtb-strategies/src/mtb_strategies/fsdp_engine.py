@@ -19,9 +19,14 @@ class CountingReduceScatter(DefaultReduceScatter):
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
         self.counter.issued()
-        return dist.reduce_scatter_single(
+        return _reduce_scatter()(
             output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op
         )
+
+
+def _reduce_scatter():
+    """torch 2.13's reduce_scatter_single; torch 2.11 has only reduce_scatter_tensor."""
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def shard(model, context, counter: SyncCounter):
