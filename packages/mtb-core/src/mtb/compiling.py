@@ -1,0 +1,85 @@
+"""``--compile``: torch.compile per transformer block, and the time compilation takes.
+
+Each block is compiled in place (``nn.Module.compile``), as torchtitan does:
+the blocks share one structure, so one graph serves them all, and a wrapper
+such as FSDP still sees the same ``Block`` modules and state-dict keys. The
+compile happens before any strategy wraps the model (torchtitan: after
+activation checkpointing, before FSDP).
+
+Compilation is lazy: it runs inside the first forward and backward of a trial.
+:class:`CompileTimer` adds up the wall time of every compilation event that
+TorchDynamo reports (tracing a frame, a lazily compiled backward), so a step
+can say how much of it was compiling and the result can report it apart.
+"""
+
+import time
+
+from mtb.errors import RunFailed
+
+#: torch.compile's arguments for each block: whole graphs (a graph break is an error)
+SETTINGS = {"backend": "inductor", "fullgraph": True}
+
+
+def compile_blocks(model) -> None:
+    """Compile each transformer block of ``model`` in place."""
+    for block in model.blocks:
+        block.compile(**SETTINGS)
+
+
+class CompileTimer:
+    """Wall seconds spent compiling since :meth:`take` was last called.
+
+    Registered with TorchDynamo's compilation callbacks (start and end of each
+    compilation, nested ones counted once) for as long as it is open; a
+    disabled timer (an eager run) registers nothing and always reads 0.
+    """
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.seconds = 0.0
+        self.started: float | None = None
+
+    def __enter__(self) -> "CompileTimer":
+        if not self.enabled:
+            return self
+        from torch._dynamo.callback import callback_handler
+
+        callback_handler.register_start_callback(self._start)
+        callback_handler.register_end_callback(self._end)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.enabled:
+            return
+        from torch._dynamo.callback import callback_handler
+
+        callback_handler.remove_start_callback(self._start)
+        callback_handler.remove_end_callback(self._end)
+
+    def _start(self, *args) -> None:
+        self.started = time.perf_counter()
+
+    def _end(self, *args) -> None:
+        if self.started is not None:
+            self.seconds += time.perf_counter() - self.started
+            self.started = None
+
+    def take(self) -> float:
+        """Milliseconds compiled since the last call (the time of one step's compilations)."""
+        spent, self.seconds = self.seconds, 0.0
+        return spent * 1000.0
+
+
+def provenance() -> dict:
+    """How the run compiled, for the result's environment."""
+    return {"scope": "each transformer block", **SETTINGS}
+
+
+def check_measured(steps) -> None:
+    """Refuse a trial whose measured steps compiled: their times would include compiling."""
+    compiled = [s.step for s in steps if not s.warmup and s.compile_ms > 0]
+    if compiled:
+        raise RunFailed(
+            f"torch.compile compiled during measured step {compiled[0]}: raise "
+            "training.warmup_steps (--warmup-steps) so that compiling ends within the warmup"
+        )
