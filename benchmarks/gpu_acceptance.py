@@ -39,7 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtb.api import write_atomic
+try:
+    from mtb.api import write_atomic
+except ImportError as missing:  # every item runs mtb: say how to get it, once
+    raise SystemExit(
+        f"Error: mtb cannot be imported ({missing}); install it first (docs/quickstart.md)"
+    ) from None
 
 BUDGET_S = 480.0
 #: an item that cannot have this many seconds of the budget is skipped

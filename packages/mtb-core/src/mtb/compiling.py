@@ -37,7 +37,9 @@ class CompileTimer:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.seconds = 0.0
-        self.started: float | None = None
+        self.started = 0.0
+        #: open compilations: older torch releases report nested ones too
+        self.depth = 0
 
     def __enter__(self) -> "CompileTimer":
         if not self.enabled:
@@ -56,13 +58,15 @@ class CompileTimer:
         callback_handler.remove_start_callback(self._start)
         callback_handler.remove_end_callback(self._end)
 
-    def _start(self, *args) -> None:
-        self.started = time.perf_counter()
+    def _start(self, *args) -> None:  # newer torch passes a CallbackArgs, older ones nothing
+        if self.depth == 0:
+            self.started = time.perf_counter()
+        self.depth += 1
 
     def _end(self, *args) -> None:
-        if self.started is not None:
+        self.depth -= 1
+        if self.depth == 0:
             self.seconds += time.perf_counter() - self.started
-            self.started = None
 
     def take(self) -> float:
         """Milliseconds compiled since the last call (the time of one step's compilations)."""
