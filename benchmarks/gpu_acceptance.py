@@ -182,11 +182,14 @@ def last_line(done: subprocess.CompletedProcess) -> str:
 
 
 def stop(child: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (its workers die with it) and reap it."""
-    if child.poll() is None:
-        with contextlib.suppress(ProcessLookupError):  # it ended since poll()
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+    """SIGKILL whatever is left of the child's process group, then reap the child.
+
+    Also after a normal exit: nothing an item started may hold the GPU while the
+    next item runs (the busy-GPU guard would refuse it).
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 def expect(condition: bool, message: str) -> None:
