@@ -89,6 +89,25 @@ def test_only_an_unknown_item_and_a_used_output_directory(tmp_path):
         acceptance.main(args, items)  # results of an earlier run are never mixed in
 
 
+def test_mfu_targets_missed_are_reported_and_fail_nothing(tmp_path):
+    ctx = acceptance.Context(tmp_path, "cuda")
+    records = [
+        {"name": "single_large_eager", "status": "ok", "figures": {"mfu": 0.31}},
+        {"name": "single_large_compiled", "status": "ok", "figures": {"mfu": 0.36}},
+    ]
+    records[1]["figures"]["speedup_over_eager"] = 0.36 / 0.31
+    ctx.results = {r["name"]: r for r in records}
+    env = {"gpu": "NVIDIA H200", "torch": "2.11.0", "torch_cuda": "12.8", "python": "3.12"}
+    document = acceptance.summary(ctx, env, records, 300.0, 480.0)
+    assert document["status"] == "ok"
+    targets = document["targets"]
+    assert (targets["compiled_mfu_met"], targets["compiled_over_eager_met"]) == (False, False)
+    assert targets["eager_mfu"] == 0.31 and targets["target_compiled_mfu"] == 0.40
+    assert "compiled MFU 36.0 % (target >= 40.0 %), eager MFU 31.0 %, compiled/eager 1.16" in (
+        acceptance.markdown(document)
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_cpu_mode_runs_every_item_that_needs_no_gpu(tmp_path):
