@@ -1,16 +1,18 @@
-"""Lint, the test matrix, the example third-party plugin, and the benchmarks.
+"""Lint, the test matrix, the example third-party plugin, the benchmarks, the GPU acceptance.
 
-``nox`` runs every session except ``bench``; ``nox -s bench`` runs the
-benchmarks. ``nox -l`` lists the sessions. Every install is constrained by
-constraints.txt, and torch is installed first, before any project, so that the pinned
-release resolves to its CPU build instead of a multi-GB CUDA build.
+``nox`` runs every session except ``bench`` and ``gpu``; ``nox -s bench`` runs the
+benchmarks, ``nox -s gpu`` the GPU acceptance (``-- --device cpu`` without a GPU).
+``nox -l`` lists the sessions. Every install is constrained by constraints.txt, and
+torch is installed first, before any project, so that the pinned release resolves to
+its CPU build instead of a multi-GB CUDA build.
 
-Arguments after ``--`` go to pytest (or to bench.py), e.g.
+Arguments after ``--`` go to pytest (or to bench.py, or to gpu_acceptance.py), e.g.
 ``nox -s "tests(core)" -- -k config -x``, or ``-- -m "not slow"`` to leave out the
 tests marked slow (multi-process launches, anything over about 3 s).
 """
 
 import shutil
+import time
 from pathlib import Path
 
 import nox
@@ -154,6 +156,23 @@ def plugin_example(session: nox.Session) -> None:
     install_projects(session, *regular(CORE, f"{EXAMPLE}[test]"))
     session.run("python", "-c", CHECK_NOT_EDITABLE)
     session.run("pytest", f"{EXAMPLE}/tests", *session.posargs)
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """benchmarks/gpu_acceptance.py: every CUDA path of mtb on one GPU, in at most 8 minutes.
+
+    Installs what a GPU image without network has (no DeepSpeed, no megatron-core:
+    those items are skipped with the reason). Arguments after ``--`` go to the script:
+    ``nox -s gpu -- --device cpu`` is its CPU mode (tiny models over gloo, CUDA-only
+    items skipped); tests/test_gpu_acceptance.py runs that mode in CI. The results
+    and summary.json/summary.md go to a new folder results/gpu-acceptance-<UTC time>.
+    """
+    install_torch(session)
+    install_projects(session, *regular(CORE, *PACKAGES.values()))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    output = f"results/gpu-acceptance-{stamp}"
+    session.run("python", "benchmarks/gpu_acceptance.py", "--output", output, *session.posargs)
 
 
 @nox.session

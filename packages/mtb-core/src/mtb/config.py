@@ -197,6 +197,11 @@ class TrainingConfig:
     activation_checkpointing: bool = setting(
         False, help="recompute each transformer block's activations in backward"
     )
+    compile: bool = setting(
+        False,
+        help="torch.compile each transformer block; compiling happens in the warmup steps "
+        "and is reported apart (compile_s)",
+    )
     lr_schedule: str = setting("constant", help="learning-rate schedule", choices=LR_SCHEDULES)
     lr_warmup_steps: int = setting(
         0,
@@ -232,6 +237,11 @@ class TrainingConfig:
                 "training.warmup_steps",
                 f"must be < training.steps={self.steps} "
                 "(steps counts every optimizer step, warmup included)",
+            )
+        if self.compile and self.warmup_steps < 1:
+            raise ConfigError(
+                "training.warmup_steps",
+                "must be >= 1 with training.compile (compiling happens in the warmup steps)",
             )
         if self.min_lr > self.lr:
             raise ConfigError("training.min_lr", f"{self.min_lr} must be <= training.lr={self.lr}")

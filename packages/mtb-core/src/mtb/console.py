@@ -74,6 +74,8 @@ def summary_table(document: dict) -> Table:
     ]
     if "cuda_max_allocated_bytes" in summary:
         rows.append(("CUDA max allocated", _bytes(summary["cuda_max_allocated_bytes"])))
+    if cfg["training"].get("compile"):
+        rows.append(("compile s (in warmup)", _fmt(summary["compile_s"], digits=1)))
     for row in rows:
         table.add_row(*row)
     if above_peak((summary["mfu"] or {}).get("max")):

@@ -30,6 +30,8 @@ class StepMetrics:
     clipped: bool = False
     skipped: bool = False
     gradient_syncs: int | None = None
+    #: wall time spent in torch.compile during the step (--compile; 0 when eager)
+    compile_ms: float = 0.0
 
 
 def summarize(values: list[float]) -> dict:

@@ -42,6 +42,8 @@ class Trial:
     mfu: float | None
     steps: list[dict]
     per_rank: list[RankTrial]
+    #: seconds torch.compile took (--compile), all in warmup steps: the slowest rank's total
+    compile_s: float | None = None
 
 
 @attrs.define
@@ -156,6 +158,7 @@ def reduce_trial(
         mfu(rate / world_size, flops_per_token, peak_flops),
         steps,
         per_rank,
+        max(sum(s.compile_ms for s in r.steps) for r in ranks) / 1000.0,
     )
 
 
@@ -180,6 +183,7 @@ def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
         "tokens_per_s_per_device": series(lambda t: t.tokens_per_s_per_device),
         "mfu": series(lambda t: t.mfu),
         "final_loss": series(lambda t: t.steps[-1]["loss"]),
+        "compile_s": series(lambda t: t.compile_s),
         "peak_rss_bytes": series(lambda t: max(r.memory["peak_rss_bytes"] for r in t.per_rank)),
         "model_state_bytes_per_rank": series(
             lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)

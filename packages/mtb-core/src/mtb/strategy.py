@@ -51,6 +51,8 @@ class Strategy:
     parallel_dims: tuple[str, ...] = ()
     #: model states split across the data-parallel ranks (for the analytic estimate)
     sharded_states: tuple[str, ...] = ()
+    #: whether it trains a model whose blocks core compiled (--compile)
+    compiles: bool = True
 
     def state_bytes_per_parameter(self, training) -> dict[str, int]:
         """Bytes per parameter of each model state before sharding.
@@ -102,6 +104,8 @@ class Strategy:
                 f"training.precision: {config.training.precision!r} is not supported by "
                 f"strategy {self.name!r} on {device_type}; allowed: {', '.join(allowed)}"
             )
+        if config.training.compile and not self.compiles:
+            raise UsageError(f"training.compile: strategy {self.name!r} does not support it")
 
     def check_layout(self, layout) -> None:
         """Refuse a layout dimension this strategy does not declare in ``parallel_dims``.

@@ -16,6 +16,7 @@ import torch
 
 from mtb.checkpoint.session import CheckpointSession
 from mtb.clock import PhaseClock
+from mtb.compiling import CompileTimer, check_measured, compile_blocks
 from mtb.data import SyntheticTokens
 from mtb.distributed import rank_rows
 from mtb.engine import make_optimizer, norm_shard, replicated
@@ -43,10 +44,17 @@ class TrialRecord:
 
 
 def build_model(context) -> torch.nn.Module:
-    """The GPT of the config, initialised from the seed alone, on the run's device."""
+    """The GPT of the config, initialised from the seed alone, on the run's device.
+
+    Every strategy wraps what this returns, so ``--compile`` is applied here:
+    after activation checkpointing and before any wrapper or sharding.
+    """
     seed_model_init(context)
+    training = context.config.training
     model = GPT(context.config.model)
-    model.set_activation_checkpointing(context.config.training.activation_checkpointing)
+    model.set_activation_checkpointing(training.activation_checkpointing)
+    if training.compile:
+        compile_blocks(model)
     return model.to(context.device)
 
 
@@ -104,16 +112,19 @@ class Trainer:
         steps = []
         start = session.start_step
         warmup = min(self.training.warmup_steps, self.training.steps - start - 1)
-        for step in range(start, self.training.steps):
-            session.before_step(step)
-            metrics = self.step(engine, data, clock, step, warmup=step < start + warmup)
-            steps.append(metrics)
-            self.hooks.mtb_step_end(context=self.context, metrics=metrics)
-            session.after_step(step + 1, metrics)
-            if on_step is not None:
-                on_step(metrics)
-            if profiler is not None:
-                profiler.step()
+        with CompileTimer(self.training.compile) as compiling:
+            for step in range(start, self.training.steps):
+                session.before_step(step)
+                metrics = self.step(engine, data, clock, step, warmup=step < start + warmup)
+                metrics.compile_ms = compiling.take()
+                steps.append(metrics)
+                self.hooks.mtb_step_end(context=self.context, metrics=metrics)
+                session.after_step(step + 1, metrics)
+                if on_step is not None:
+                    on_step(metrics)
+                if profiler is not None:
+                    profiler.step()
+        check_measured(steps)
         checkpoint, digests = session.finish()
         state_bytes = self.probe_state_bytes(engine, data, self.training.steps)
         memory = memory_stats(self.context.device)

@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 
-from mtb import calibration, components, distributed, memory, provenance, run_reports
+from mtb import calibration, compiling, components, distributed, memory, provenance, run_reports
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.documents import document_provenance, plugin_list, result_document, write_result
@@ -135,6 +135,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         "peak_flops_measurement": peaks[0][1][2],
         "memory_limit_bytes": memory.current_cap(),
         "malloc_mmap_threshold": os.environ.get(memory.MMAP_THRESHOLD_VARIABLE),
+        "compile": compiling.provenance() if cfg.training.compile else None,
     }
     model = {
         "parameters": parameter_count(cfg.model),

@@ -29,6 +29,7 @@ class ZeroStrategy(Strategy):
     #: DeepSpeed saves and loads its own partitions (see deepspeed_checkpoint.py)
     checkpoint_backend = "deepspeed"
     install_hint = "pip install mtb-strategies[deepspeed]"
+    compiles = False  # DeepSpeed partitions and hooks the modules itself; untested compiled
     options = (
         StrategyOption(
             "deepspeed_config",
