@@ -116,19 +116,27 @@ def _world_mesh(grads: list, world: int):
     return DeviceMesh(grads[0].device.type, list(range(world)))
 
 
-def replicated(norm, value: float):
-    """The whole model's norm ``value`` as a replicated DTensor on ``norm``'s mesh.
+def clip_grads(params: list, max_norm: float, norm: float) -> None:
+    """Scale gradients by max_norm / norm when above it, one group per device mesh.
 
-    Clipping DTensor gradients needs a DTensor norm; this one costs no
-    communication. A plain ``norm`` is already whole and is returned as is.
+    DTensor arithmetic takes operands on one mesh only: tensor-parallel,
+    data-parallel and plain gradients each scale by the norm placed on theirs.
     """
-    mesh = getattr(norm, "device_mesh", None)
+    groups: dict = {}
+    for param in params:
+        groups.setdefault(getattr(param.grad, "device_mesh", None), []).append(param)
+    for mesh, group in groups.items():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, _whole(mesh, norm))
+
+
+def _whole(mesh, value: float) -> torch.Tensor:
+    """``value`` as a tensor on ``mesh``, replicated on each of its dimensions (None: plain)."""
     if mesh is None:
-        return norm
+        return torch.tensor(value)
     from torch.distributed.tensor import DTensor, Replicate
 
-    local = norm.to_local().new_tensor(value)
-    return DTensor.from_local(local, mesh, [Replicate()], run_check=False)
+    local = torch.tensor(value, device=mesh.device_type)
+    return DTensor.from_local(local, mesh, [Replicate()] * mesh.ndim, run_check=False)
 
 
 def norm_shard(norm) -> tuple[torch.Tensor | None, bool]:
@@ -202,15 +210,17 @@ class Engine:
         grads = [p.grad for p in _unique(self.model.parameters()) if p.grad is not None]
         return total_norm(grads)
 
-    def optimizer_step(self, max_grad_norm: float | None = None, grad_norm=None) -> StepInfo:
-        """Clip to ``max_grad_norm`` with the ``grad_norm`` from :meth:`grad_norm`, then step.
+    def optimizer_step(
+        self, max_grad_norm: float | None = None, grad_norm: float | None = None
+    ) -> StepInfo:
+        """Clip to ``max_grad_norm`` with the whole model's ``grad_norm`` (reduced), then step.
 
         The trainer records the norm and whether it clipped; an engine that
         computes the norm inside its own step (DeepSpeed) reports both in StepInfo.
         """
         if max_grad_norm is not None and grad_norm is not None:
             params = [p for p in _unique(self.model.parameters()) if p.grad is not None]
-            torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, grad_norm)
+            clip_grads(params, max_grad_norm, grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             scale = self.scaler.get_scale()

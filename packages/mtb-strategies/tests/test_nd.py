@@ -1,0 +1,62 @@
+"""Strategy nd on 2 gloo ranks: tensor and sequence parallel equal `single` on the same batch.
+
+SGD, not AdamW: AdamW divides each gradient by its own running magnitude, so
+the rounding noise of a gradient that is zero in exact arithmetic (the key
+bias's) becomes a learning-rate-sized step, in any two summation orders. SGD
+keeps parameter differences proportional to gradient differences.
+"""
+
+import pytest
+from conftest import assert_same_training, grad_norms, launch, losses
+
+pytestmark = pytest.mark.timeout(900)
+
+#: clipped at 1.0, about half the steps of this run clip
+SGD = ["--optimizer", "sgd", "--lr", "0.05", "--max-grad-norm", "1.0"]
+
+
+@pytest.fixture(scope="module")
+def reference_sgd(tmp_path_factory):
+    """`single` on the whole global batch of 4 sequences."""
+    tmp = tmp_path_factory.mktemp("single-sgd")
+    done, result, state = launch("single", tmp, "--micro-batch-size", "4", *SGD, nproc=1)
+    assert done.returncode == 0, done.stderr
+    return result, state
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp_path_factory):
+    """tp 2: both ranks take the whole batch of 4, clipped like the clipped reference."""
+    tmp = tmp_path_factory.mktemp("tp2")
+    done, result, state = launch("nd", tmp, "--tp", 2, "--micro-batch-size", 4, *SGD)
+    assert done.returncode == 0, done.stderr
+    return result, state
+
+
+@pytest.fixture(scope="module")
+def tp2_sp(tmp_path_factory):
+    """tp 2 + sequence parallel, 2 micro-batches of 2 and activation checkpointing."""
+    tmp = tmp_path_factory.mktemp("tp2-sp")
+    args = ["--tp", 2, "--sequence-parallel", "--micro-batch-size", 2, "--grad-accum-steps", 2]
+    done, result, state = launch("nd", tmp, *args, "--activation-checkpointing", *SGD)
+    assert done.returncode == 0, done.stderr
+    return result, state
+
+
+def clipped(result) -> list[bool]:
+    return [s["clipped"] for s in result["trials"][0]["steps"]]
+
+
+@pytest.mark.parametrize("layout", ["tp2", "tp2_sp"])
+def test_tensor_parallel_equals_single_with_clipping(layout, request, reference_sgd):
+    result, state = request.getfixturevalue(layout)
+    assert_same_training(result, state, reference_sgd)
+    assert grad_norms(result) == pytest.approx(grad_norms(reference_sgd[0]), rel=1e-5)
+    assert clipped(result) == clipped(reference_sgd[0])
+    assert True in clipped(result) and False in clipped(result)
+
+
+def test_layout_is_recorded(tp2, tp2_sp):
+    assert tp2[0]["environment"]["layout"]["label"] == "tp2"
+    assert tp2_sp[0]["config"]["parallel"]["sequence_parallel"] is True
+    assert len(losses(tp2[0])) == 5
