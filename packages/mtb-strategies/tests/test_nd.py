@@ -56,7 +56,23 @@ def test_tensor_parallel_equals_single_with_clipping(layout, request, reference_
     assert True in clipped(result) and False in clipped(result)
 
 
-def test_layout_is_recorded(tp2, tp2_sp):
-    assert tp2[0]["environment"]["layout"]["label"] == "tp2"
-    assert tp2_sp[0]["config"]["parallel"]["sequence_parallel"] is True
-    assert len(losses(tp2[0])) == 5
+def test_layout_and_tokens_once_per_data_parallel_rank(tp2, tp2_sp):
+    for result in (tp2[0], tp2_sp[0]):
+        assert result["environment"]["layout"]["label"] == "tp2"
+        trial = result["trials"][0]
+        assert trial["tokens_per_step"] == 4 * 32  # both ranks trained on the same 4 sequences
+        step_s = sum(s["step_ms"] for s in trial["steps"]) / 1000
+        assert trial["tokens_per_s"] == pytest.approx(4 * 32 * len(losses(result)) / step_s)
+
+
+def test_tensor_parallel_collectives_are_counted(tp2, tp2_sp):
+    # 2 blocks, each 2 sub-layers: an all-reduce per sub-layer in forward and in backward
+    assert tp2[0]["strategy_details"]["tp_collectives_per_step"] == {"all_reduce": 8}
+    # per micro-batch: forward all-gathers 2 per block + 1 at the end, reduce-scatters 2 per
+    # block; backward the same all-gathers, and an all-reduce per sub-layer (torch's choice);
+    # activation checkpointing recomputes each block up to its last saved tensor: 2 more
+    # all-gathers and 1 reduce-scatter per block. Per step: the sequence-parallel norms'
+    # 8 partial gradients summed
+    counts = tp2_sp[0]["strategy_details"]["tp_collectives_per_step"]
+    micro = {"all_gather_into_tensor": 14, "reduce_scatter_tensor": 6, "all_reduce": 4}
+    assert counts == {kind: 2 * n + (8 if kind == "all_reduce" else 0) for kind, n in micro.items()}

@@ -116,6 +116,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
             context.world_size,
             fpt,
             peak,
+            context.layout,
         )
         for i in range(cfg.training.repeat)
     ]

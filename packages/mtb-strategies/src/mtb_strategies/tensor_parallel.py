@@ -100,3 +100,17 @@ def parallelize(module: nn.Module, tp_mesh, sequence_parallel: bool) -> nn.Modul
         )
         parallelize_module(blocks[-1], tp_mesh, gather)
     return module
+
+
+def reduce_partial_grads(module: nn.Module) -> None:
+    """Sum the gradients torch leaves partial on the tp ranks into replicas.
+
+    The sequence-parallel norms' weights are replicated but each rank's
+    gradient covers only its sequence shard (a Partial DTensor): summed here,
+    once per step, before the gradient norm and the optimizer read them.
+    """
+    for param in module.parameters():
+        placements = getattr(param.grad, "placements", ())
+        if any(p.is_partial() for p in placements):
+            whole = [Replicate() if p.is_partial() else p for p in placements]
+            param.grad = param.grad.redistribute(placements=whole)
