@@ -19,4 +19,5 @@ class NDStrategy(TorchDataParallelStrategy):
     description = "N-D layout on one DeviceMesh: tensor/sequence parallel, FSDP2, HSDP"
     precisions: ClassVar[dict] = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16")}
     parallel_dims = ("dp_replicate", "tp")
+    sharded_states = FSDPStrategy.sharded_states
     options = FSDPStrategy.options
