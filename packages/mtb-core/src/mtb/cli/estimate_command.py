@@ -17,7 +17,7 @@ STATES = ("parameters", "gradients", "optimizer_state", "total")
 
 
 def layout_of(preset: str, world_size: int, tp: int, pp: int):
-    """The layout of ``world_size`` ranks with ``tp`` and ``pp`` (data parallel the rest), checked."""
+    """``world_size`` ranks with ``tp`` and ``pp``, data parallel the rest, checked."""
     from mtb.config import resolve
     from mtb.layout import Layout
 
