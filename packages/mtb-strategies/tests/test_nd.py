@@ -1,27 +1,12 @@
 """Strategy nd on 2 gloo ranks: tensor and sequence parallel equal `single` on the same batch.
 
-SGD, not AdamW: AdamW divides each gradient by its own running magnitude, so
-the rounding noise of a gradient that is zero in exact arithmetic (the key
-bias's) becomes a learning-rate-sized step, in any two summation orders. SGD
-keeps parameter differences proportional to gradient differences.
+With SGD (see conftest.SGD) and clipping.
 """
 
 import pytest
-from conftest import assert_same_training, grad_norms, launch, losses
+from conftest import SGD, assert_same_training, grad_norms, launch, losses
 
 pytestmark = pytest.mark.timeout(900)
-
-#: clipped at 1.0, about half the steps of this run clip
-SGD = ["--optimizer", "sgd", "--lr", "0.05", "--max-grad-norm", "1.0"]
-
-
-@pytest.fixture(scope="module")
-def reference_sgd(tmp_path_factory):
-    """`single` on the whole global batch of 4 sequences."""
-    tmp = tmp_path_factory.mktemp("single-sgd")
-    done, result, state = launch("single", tmp, "--micro-batch-size", "4", *SGD, nproc=1)
-    assert done.returncode == 0, done.stderr
-    return result, state
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,14 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Heads counted from ``qkv``'s output, so a tensor-parallel shard runs its own."""
+        """``qkv`` holds each head's q, k and v rows together (Megatron-LM's order).
+
+        So a contiguous split of its rows is a split by heads: a tensor-parallel
+        shard runs its own heads, counted from the shard's output.
+        """
         batch, seq, _ = x.shape
-        q, k, v = self.qkv(x).chunk(3, dim=2)
-        shape = (batch, seq, -1, self.head_dim)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        qkv = self.qkv(x).view(batch, seq, -1, 3, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, -1))

@@ -1,6 +1,7 @@
 """Tensor and sequence parallelism of GPT blocks with ``parallelize_module``.
 
-Megatron-LM's split: q/k/v and the MLP's up projection column-parallel, the
+Megatron-LM's split: q/k/v (the model keeps each head's rows together, so a
+column split is a split by heads) and the MLP's up projection column-parallel, the
 attention output and MLP down projection row-parallel, so each block costs one
 all-reduce in forward and one in backward per sub-layer. With sequence
 parallelism the norms and dropout run on sequence shards, and those
@@ -12,7 +13,7 @@ loss and their gradients are the single-process ones without a collective.
 """
 
 from torch import nn
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -21,39 +22,16 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
-from torch.distributed.tensor.placement_types import _StridedShard
 
 #: the submodules of a block that tensor parallelism shards
 BLOCK_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")
-
-
-class FusedColwiseParallel(ColwiseParallel):
-    """Column-parallel for a fused q/k/v projection: each rank keeps its heads of q, k and v.
-
-    A plain column split of the fused weight would give rank 0 all of q and
-    part of k; a strided shard (3 pieces, each split across the ranks) gives
-    every rank the rows of its own heads while the full tensor stays the
-    single-process one (checkpoints reshard to any layout).
-    """
-
-    def __init__(self, parts: int = 3, **kwargs):
-        super().__init__(output_layouts=_StridedShard(-1, split_factor=parts), **kwargs)
-        self.parts = parts
-
-    def _partition_linear_fn(self, name, module, device_mesh):
-        placement = [_StridedShard(0, split_factor=self.parts)]
-        for param_name, param in module.named_parameters():
-            sharded = distribute_tensor(param, device_mesh, placement)
-            module.register_parameter(
-                param_name, nn.Parameter(sharded, requires_grad=param.requires_grad)
-            )
 
 
 def block_plan(sequence_parallel: bool) -> dict:
     """The parallelize_module plan of one block."""
     if not sequence_parallel:
         return {
-            "attn.qkv": FusedColwiseParallel(),
+            "attn.qkv": ColwiseParallel(),
             "attn.proj": RowwiseParallel(),
             "mlp.fc": ColwiseParallel(),
             "mlp.proj": RowwiseParallel(),
@@ -64,7 +42,7 @@ def block_plan(sequence_parallel: bool) -> dict:
     return {
         "ln1": SequenceParallel(),
         "attn": gather,
-        "attn.qkv": FusedColwiseParallel(),
+        "attn.qkv": ColwiseParallel(),
         "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
         "ln2": SequenceParallel(),
         "mlp": gather,
