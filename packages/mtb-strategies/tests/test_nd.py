@@ -61,3 +61,26 @@ def test_tensor_parallel_collectives_are_counted(tp2, tp2_sp):
     counts = tp2_sp[0]["strategy_details"]["tp_collectives_per_step"]
     micro = {"all_gather_into_tensor": 14, "reduce_scatter_tensor": 6, "all_reduce": 4}
     assert counts == {kind: 2 * n + (8 if kind == "all_reduce" else 0) for kind, n in micro.items()}
+
+
+@pytest.mark.parametrize("preset", ["parallelism", "parallelism-8gpu"])
+def test_parallelism_presets_plan_every_layout_without_a_refusal(preset):
+    from click.testing import CliRunner
+
+    from mtb.cli import make_cli
+    from mtb.plugins import build_plugin_manager
+
+    cli = make_cli(build_plugin_manager())
+    result = CliRunner().invoke(cli, ["matrix", "show", "--preset", preset])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "strategy=nd" in text and "will fail" not in text
+
+
+def test_zero3_with_tp_is_refused_before_any_process_starts(invoke_strategies):
+    pytest.importorskip("deepspeed")
+    result = invoke_strategies("--strategy", "zero3", "--tp", "2", "--nproc-per-node", "2")
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        "Error: parallel.tp: strategy 'zero3' cannot take tp 2 (it takes: data parallelism only)"
+    ]
