@@ -51,15 +51,18 @@ def test_layout_and_tokens_once_per_data_parallel_rank(tp2, tp2_sp):
 
 
 def test_tensor_parallel_collectives_are_counted(tp2, tp2_sp):
-    # 2 blocks, each 2 sub-layers: an all-reduce per sub-layer in forward and in backward
-    assert tp2[0]["strategy_details"]["tp_collectives_per_step"] == {"all_reduce": 8}
-    # per micro-batch: forward all-gathers 2 per block + 1 at the end, reduce-scatters 2 per
-    # block; backward the same all-gathers, and an all-reduce per sub-layer (torch's choice);
+    # 2 blocks, each 2 sub-layers: an all-reduce per sub-layer in forward and in backward;
+    # the embedding's all-reduce, the head's gathered logits, its input gradient's all-reduce
+    counts = tp2[0]["strategy_details"]["tp_collectives_per_step"]
+    assert counts == {"all_gather_into_tensor": 1, "all_reduce": 8 + 2}
+    # per micro-batch: forward all-gathers 2 per block + 1 at the end + the logits,
+    # reduce-scatters 2 per block; backward the same all-gathers but the logits', and an
+    # all-reduce per sub-layer (torch's choice); the embedding and head all-reduces;
     # activation checkpointing recomputes each block up to its last saved tensor: 2 more
     # all-gathers and 1 reduce-scatter per block. Per step: the sequence-parallel norms'
     # 8 partial gradients summed
     counts = tp2_sp[0]["strategy_details"]["tp_collectives_per_step"]
-    micro = {"all_gather_into_tensor": 14, "reduce_scatter_tensor": 6, "all_reduce": 4}
+    micro = {"all_gather_into_tensor": 11 + 4, "reduce_scatter_tensor": 4 + 2, "all_reduce": 6}
     assert counts == {kind: 2 * n + (8 if kind == "all_reduce" else 0) for kind, n in micro.items()}
 
 
