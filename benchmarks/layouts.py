@@ -16,10 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness import write_table_document
 from rich.console import Console
 from rich.table import Table
 
-from mtb.api import document_provenance, result_document, utc_now, write_atomic
+from mtb.api import utc_now
 
 GLOBAL_BATCH = 4
 #: (strategy, ranks, layout flags, data-parallel ranks)
@@ -140,15 +141,7 @@ def main(argv=None) -> int:
         docs = [run_one(p, layout, args, Path(tmp)) for p, layout in cells]
     rows = with_fractions([row(p, layout, d) for (p, layout), d in zip(cells, docs, strict=True)])
     Console(width=160).print(table(rows))
-    document = result_document(
-        "bench-layouts",
-        settings=vars(args),
-        rows=rows,
-        results=docs,
-        provenance=document_provenance([], started=started),
-    )
-    write_atomic(args.output, json.dumps(document, indent=2) + "\n")
-    print(f"written to {args.output}")
+    write_table_document("bench-layouts", args, rows, docs, started)
     return 0
 
 
