@@ -95,3 +95,15 @@ def compare_rounds(bare_rounds: list, mtb_rounds: list, target: float) -> dict:
             for m, b in zip(mtb_rounds, bare_rounds, strict=True)
         ),
     }
+
+
+def write_table_document(kind: str, args, rows: list[dict], results: list, started: str) -> None:
+    """A table bench's rows and the result documents behind them, written atomically."""
+    from mtb.api import document_provenance, result_document, write_atomic
+
+    provenance = document_provenance([], started=started)
+    document = result_document(
+        kind, settings=vars(args), rows=rows, results=results, provenance=provenance
+    )
+    write_atomic(args.output, json.dumps(document, indent=2) + "\n")
+    print(f"written to {args.output}")

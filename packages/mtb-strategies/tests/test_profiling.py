@@ -6,12 +6,18 @@ from conftest import launch
 pytestmark = pytest.mark.timeout(420)
 
 PROFILE = ["--profiler", "torch", "--profile-active", "2", "--no-profile-baseline"]
-COLLECTIVES = {"ddp": {"gloo:all_reduce"}, "fsdp": {"gloo:all_gather", "c10d::_allgather_base_"}}
+COLLECTIVES = {
+    "ddp": {"gloo:all_reduce"},
+    "fsdp": {"gloo:all_gather", "c10d::_allgather_base_"},
+    # tensor parallel: DTensor's functional collectives on the tp group
+    "nd": {"_c10d_functional::all_reduce", "_c10d_functional::all_gather_into_tensor"},
+}
+LAYOUTS = {"nd": ["--tp", "2"]}
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "nd"])
 def test_two_rank_profile_measures_the_strategys_collectives(tmp_path, strategy):
-    done, result, _ = launch(strategy, tmp_path, *PROFILE)
+    done, result, _ = launch(strategy, tmp_path, *PROFILE, *LAYOUTS.get(strategy, []))
     assert done.returncode == 0, done.stderr
     profile = result["profile"]
     assert result["kind"] == "profile" and profile["strategy"] == strategy
