@@ -77,10 +77,12 @@ def total_norm(grads: list) -> torch.Tensor:
     by_holders: dict[int, list] = {}
     for grad in grads:
         by_holders.setdefault(_holders(grad, world), []).append(_local(grad))
-    squares = sum(
-        torch.nn.utils.get_total_norm(local).square() / holders
-        for holders, local in by_holders.items()
-    )
+    squares = torch.stack(
+        [
+            torch.nn.utils.get_total_norm(local).float().square() / holders
+            for holders, local in by_holders.items()
+        ]
+    ).sum()
     mesh = _world_mesh(grads, world)
     return DTensor.from_local(squares.sqrt(), mesh, [_NormPartial(2)], run_check=False)
 
