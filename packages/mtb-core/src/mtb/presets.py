@@ -4,9 +4,29 @@ Parameter counts (tied embeddings, learned positions, biases, LayerNorms):
 tiny 0.03M, small 23.2M, medium 168.5M, large 731.1M, stress 2.60B.
 """
 
+#: the MoE layers of tiny-moe and small-moe: 4 experts, top-1 (the active parameters of
+#: their dense twins), every second block (Switch Transformer)
+MOE = {"moe_experts": 4, "moe_top_k": 1, "moe_every": 2}
+
 PRESETS: dict[str, dict] = {
     "tiny": {"vocab_size": 256, "d_model": 32, "n_heads": 2, "n_layers": 2, "seq_len": 32},
+    "tiny-moe": {
+        "vocab_size": 256,
+        "d_model": 32,
+        "n_heads": 2,
+        "n_layers": 2,
+        "seq_len": 32,
+        **MOE,
+    },
     "small": {"vocab_size": 8192, "d_model": 512, "n_heads": 8, "n_layers": 6, "seq_len": 256},
+    "small-moe": {
+        "vocab_size": 8192,
+        "d_model": 512,
+        "n_heads": 8,
+        "n_layers": 6,
+        "seq_len": 256,
+        **MOE,
+    },
     "medium": {"vocab_size": 16384, "d_model": 1024, "n_heads": 16, "n_layers": 12, "seq_len": 512},
     "large": {"vocab_size": 32768, "d_model": 1536, "n_heads": 16, "n_layers": 24, "seq_len": 512},
     "stress": {

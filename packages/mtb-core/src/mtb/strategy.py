@@ -49,6 +49,8 @@ class Strategy:
     options: ClassVar[tuple[StrategyOption, ...]] = ()
     #: layout dimensions beyond plain data parallelism it can take (see mtb.layout.MODEL_DIMS)
     parallel_dims: tuple[str, ...] = ()
+    #: whether it trains the mixture-of-experts model (model.moe_experts > 0)
+    trains_moe: bool = False
     #: model states split across the data-parallel ranks (for the analytic estimate)
     sharded_states: tuple[str, ...] = ()
 
@@ -95,6 +97,11 @@ class Strategy:
             raise UsageError(
                 f"strategy {self.name!r} does not run on {device_type}; "
                 f"supported: {', '.join(self.device_types)}"
+            )
+        if config.model.moe_experts and not self.trains_moe:
+            raise UsageError(
+                f"model.moe_experts: strategy {self.name!r} cannot train a mixture-of-experts "
+                "model (it cannot shard experts); use ddp or fsdp (--ep), or single"
             )
         allowed = self.precisions.get(device_type, ())
         if config.training.precision not in allowed:

@@ -8,6 +8,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
 from mtb_strategies.counted_engine import CountedSyncEngine
+from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
 from mtb_strategies.sync_modes import SyncCounter
 
 
@@ -24,8 +25,11 @@ class CountingReduceScatter(DefaultReduceScatter):
         )
 
 
-def shard(model, context, counter: SyncCounter):
-    """fully_shard each block, then the root (embeddings, final norm, tied head)."""
+def shard(model, context, counter: SyncCounter, ignored=()):
+    """fully_shard each block, then the root (embeddings, final norm, tied head).
+
+    ``ignored`` parameters (experts sharded by expert parallelism) stay as they are.
+    """
     options = context.config.strategy_options
     policy = MixedPrecisionPolicy()
     if context.config.training.precision == "bf16":
@@ -33,6 +37,7 @@ def shard(model, context, counter: SyncCounter):
     kwargs = {
         "reshard_after_forward": options.get("fsdp_reshard_after_forward", True),
         "mp_policy": policy,
+        "ignored_params": set(ignored),
     }
     for block in model.blocks:
         fully_shard(block, **kwargs)
@@ -45,9 +50,9 @@ def shard(model, context, counter: SyncCounter):
 
 class FSDPEngine(CountedSyncEngine):
     @classmethod
-    def build(cls, model, make_optimizer, context, sync_mode: str):
+    def build(cls, model, make_optimizer, context, sync_mode: str, ignored=()):
         counter = SyncCounter()
-        sharded = shard(model, context, counter)
+        sharded = shard(model, context, counter, ignored)
         return cls(sharded, make_optimizer(sharded.parameters()), context, sync_mode, counter)
 
     def autocast(self):
@@ -79,3 +84,15 @@ class FSDPEngine(CountedSyncEngine):
             model_state_dict=state["model"],
             optim_state_dict=state["optimizer"],
         )
+
+
+class ExpertParallelFSDPEngine(ExpertParallelEngine, FSDPEngine):
+    """FSDP2 over the dense parameters; experts sharded over the ep ranks, left out of FSDP."""
+
+    @classmethod
+    def build(cls, model, make_optimizer, context, sync_mode: str, ignored=()):
+        experts = ExpertParallel(context)
+        experts.shard(model)
+        engine = super().build(model, make_optimizer, context, sync_mode, experts.params)
+        engine.expert_parallel = experts
+        return engine
