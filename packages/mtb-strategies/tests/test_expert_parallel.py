@@ -1,0 +1,73 @@
+"""Expert parallelism (--ep 2) in ddp and fsdp runs against single on the same global batch.
+
+Two MoE workloads, each launched once at ep 2 and once in `single` with the
+whole global batch: top-2 with drops (ddp, saving checkpoints that the
+resume tests load) and top-1 dropless (fsdp on the dense parameters).
+"""
+
+import pytest
+from conftest import assert_same_training, launch
+
+pytestmark = pytest.mark.timeout(900)
+
+MOE = ["--preset", "tiny-moe", "--steps", "4", "--moe-every", "1"]
+WORKLOADS = {
+    "top2-drops": [*MOE, "--moe-top-k", "2", "--moe-capacity-factor", "1.0"],
+    "top1-dropless": [*MOE, "--moe-top-k", "1", "--moe-dropless"],
+}
+STRATEGY = {"top2-drops": "ddp", "top1-dropless": "fsdp"}
+SAVE = ["--save-every", "2", "--record-digests"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(ep 2 run, single reference) per workload; the ddp run keeps its checkpoints."""
+    found = {}
+    for name, args in WORKLOADS.items():
+        tmp = tmp_path_factory.mktemp(name)
+        saving = [*SAVE, "--checkpoint-dir", tmp / "ckpt"] if STRATEGY[name] == "ddp" else []
+        done, result, state = launch(STRATEGY[name], tmp, *args, "--ep", "2", *saving)
+        assert done.returncode == 0, done.stderr
+        ref = launch("single", tmp, *args, "--micro-batch-size", "4", nproc=1, name="single")
+        assert ref[0].returncode == 0, ref[0].stderr
+        found[name] = {"run": (result, state), "reference": ref[1:], "dir": tmp}
+    return found
+
+
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_ep2_trains_like_single_on_the_same_global_batch(runs, workload):
+    found = runs[workload]
+    result, state = found["run"]
+    assert result["environment"]["layout"]["ep"] == 2
+    assert_same_training(result, state, found["reference"])
+
+
+def test_ep2_resume_is_exact(runs, tmp_path):
+    found = runs["top2-drops"]
+    continuous = found["run"][0]
+    step_dir = found["dir"] / "ckpt" / "step_00000002"
+    args = [*WORKLOADS["top2-drops"], "--ep", "2", "--record-digests", "--resume", step_dir]
+    done, resumed, _ = launch("ddp", tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert resumed["checkpoint"]["resumed"]["exact"] is True
+    assert resumed["state_digests"] == continuous["state_digests"]
+
+
+def test_ep2_checkpoint_resumes_in_one_process_with_bit_equal_parameters(runs, tmp_path):
+    found = runs["top2-drops"]
+    step_dir = found["dir"] / "ckpt" / "step_00000004"
+    args = [*WORKLOADS["top2-drops"], "--steps", "5", "--record-digests", "--resume", step_dir]
+    done, result, _ = launch("ddp", tmp_path, *args, nproc=1)
+    assert done.returncode == 0, done.stderr
+    assert result["checkpoint"]["resumed"]["from_world_size"] == 2
+    loaded = result["checkpoint"]["loaded_digests"]["model"]
+    assert loaded == found["run"][0]["state_digests"]["model"]
+
+
+def test_a_change_of_expert_count_is_refused_in_one_line(runs, tmp_path):
+    step_dir = runs["top2-drops"]["dir"] / "ckpt" / "step_00000004"
+    args = [*WORKLOADS["top2-drops"], "--steps", "5", "--moe-experts", "8", "--resume", step_dir]
+    done, _, _ = launch("ddp", tmp_path, *args, nproc=1)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "moe_experts" in lines[0], done.stderr
