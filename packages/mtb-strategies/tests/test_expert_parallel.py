@@ -71,3 +71,28 @@ def test_a_change_of_expert_count_is_refused_in_one_line(runs, tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "moe_experts" in lines[0], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--strategy", "ddp", "--ep", "2", "--moe-experts", "3"],
+            "parallel.ep: 2 must divide model.moe_experts; it needs 3 experts",
+        ),
+        (
+            ["--strategy", "fsdp", "--ep", "2", "--preset", "tiny"],
+            "parallel.ep: 2 must divide model.moe_experts; it needs an MoE model",
+        ),
+        (
+            ["--strategy", "zero2"],
+            "model.moe_experts: strategy 'zero2' cannot train a mixture-of-experts model",
+        ),
+        (["--strategy", "single", "--nproc-per-node", "1", "--ep", "2"], "parallel.ep"),
+    ],
+)
+def test_moe_layouts_a_strategy_cannot_take_are_one_line(invoke_strategies, args, message):
+    result = invoke_strategies("--preset", "tiny-moe", "--nproc-per-node", "2", *args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output

@@ -179,7 +179,7 @@ def _check_pipeline(layout: Layout, config) -> None:
 def _check_experts(layout: Layout, config) -> None:
     """ep shards the experts of every MoE layer: there must be experts, in equal shares."""
     experts = config.model.moe_experts
-    if layout.ep > 1 and experts % layout.ep:
+    if layout.ep > 1 and (not experts or experts % layout.ep):
         what = "an MoE model (model.moe_experts > 0)" if not experts else f"{experts} experts"
         raise ConfigError(
             "parallel.ep", f"{layout.ep} must divide model.moe_experts; it needs {what}"
