@@ -64,7 +64,7 @@ def check(case: str, rank: int, wrong: bool) -> dict:
     experts = ExpertParallel(context)
     experts.shard(torch.nn.ModuleDict({"moe": layer}))
     if wrong:
-        layer.dispatch = PermutedSplit(experts.mesh.get_group("ep"), 2)
+        layer.dispatch = PermutedSplit(experts.mesh.get_group("ep"), 2, layer.traffic)
     out = backward(layer, x[2 * rank : 2 * rank + 2])
     experts.finish_grads()
     router = layer.router.weight.grad

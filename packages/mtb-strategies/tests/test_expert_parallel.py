@@ -42,6 +42,24 @@ def test_ep2_trains_like_single_on_the_same_global_batch(runs, workload):
     assert_same_training(result, state, found["reference"])
 
 
+def test_steps_record_routing_and_all_to_all_figures(runs):
+    drops = [s["moe"] for s in runs["top2-drops"]["run"][0]["trials"][0]["steps"]]
+    assert all(m["dropped_fraction"] > 0 for m in drops)
+    for m in drops:  # 2 MoE layers, 4 sequences of 32 tokens, top-2: 256 assignments each
+        kept = [sum(layer) for layer in m["tokens_per_expert"]]
+        assert m["dropped_fraction"] == pytest.approx(1 - sum(kept) / 512)
+        assert m["imbalance"] >= 1 and m["tokens_per_expert_min"] <= m["tokens_per_expert_max"]
+    dropless = runs["top1-dropless"]["run"][0]
+    for m in (s["moe"] for s in dropless["trials"][0]["steps"]):
+        assert m["dropped_fraction"] == 0
+        assert [sum(layer) for layer in m["tokens_per_expert"]] == [128, 128]
+        # each rank sends its 64 rows and the rows it got back, forward and backward:
+        # 4 x 128 rows of 32 fp32 features per layer, over both ranks
+        assert m["all_to_all_bytes_total"] == 2 * 4 * 128 * 32 * 4
+        assert 0 < m["dispatch_combine_share"] < 1
+    assert dropless["summary"]["moe"]["imbalance"]["mean"] >= 1
+
+
 def test_ep2_resume_is_exact(runs, tmp_path):
     found = runs["top2-drops"]
     continuous = found["run"][0]

@@ -137,13 +137,27 @@ def local_experts(rows: torch.Tensor, counts: torch.Tensor, w1, w2) -> torch.Ten
     return run_experts(rows, counts.tolist(), w1, w2)
 
 
+@attrs.define
+class Traffic:
+    """All_to_all bytes this rank sent and the seconds it spent in them, since last taken."""
+
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def take(self) -> tuple[int, float]:
+        taken = (self.bytes, self.seconds)
+        self.bytes, self.seconds = 0, 0.0
+        return taken
+
+
 class MoE(nn.Module):
     """Router plus E GELU experts in place of a block's MLP.
 
     ``dispatch(rows, counts, w1, w2)`` runs the routed rows through the
     experts; expert parallelism replaces it with an all_to_all dispatch and
-    combine. After each forward ``aux_loss`` holds the weighted router losses
-    and ``stats`` the detached routing counts of this rank.
+    combine and adds its all_to_alls to ``traffic``. After each forward
+    ``aux_loss`` holds the weighted router losses; ``totals`` accumulates the
+    detached routing counts of this rank until the trainer takes them.
     """
 
     def __init__(self, cfg):
@@ -156,8 +170,10 @@ class MoE(nn.Module):
         self.w1 = nn.Parameter(torch.empty(experts, d, hidden))
         self.w2 = nn.Parameter(torch.empty(experts, hidden, d))
         self.dispatch = local_experts
+        self.traffic = Traffic()
         self.aux_loss: torch.Tensor | None = None
         self.stats: dict | None = None
+        self.totals: list[dict] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
@@ -176,4 +192,32 @@ class MoE(nn.Module):
             "assigned": routing.kept.numel(),
             "aux_loss": self.aux_loss.detach(),
         }
+        self.totals.append(self.stats)
         return out.view(batch, seq, width)
+
+
+def take_step(layers: list[MoE]) -> dict | None:
+    """This rank's routing and all_to_all figures of every forward since the last call.
+
+    Per layer, tokens kept per expert summed over the step's micro-batches;
+    assignments (tokens x k) before capacity; the mean auxiliary loss; the
+    all_to_all bytes sent and milliseconds spent (forward and backward).
+    """
+    if not layers:
+        return None
+    kept, assigned, aux, sent, seconds = [], 0, [], 0, 0.0
+    for layer in layers:
+        forwards, layer.totals = layer.totals, []
+        counts = [f["kept"] for f in forwards]
+        kept.append(torch.stack(counts).sum(0).tolist() if counts else [0] * layer.w1.shape[0])
+        assigned += sum(f["assigned"] for f in forwards)
+        aux.extend(float(f["aux_loss"]) for f in forwards)
+        layer_bytes, layer_seconds = layer.traffic.take()
+        sent, seconds = sent + layer_bytes, seconds + layer_seconds
+    return {
+        "tokens_per_expert": kept,
+        "assigned": assigned,
+        "aux_loss": sum(aux) / len(aux) if aux else 0.0,
+        "all_to_all_bytes": sent,
+        "all_to_all_ms": seconds * 1000.0,
+    }

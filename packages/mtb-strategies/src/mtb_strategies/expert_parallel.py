@@ -4,9 +4,11 @@ The data-parallel ranks form a (dp / ep, ep) mesh: ranks in a row of ep
 share the experts between them, E / ep each, as DTensors sharded on the
 expert dim (so checkpoints reshard to any ep). Each MoE layer sends every
 kept (token, expert) row to the expert's rank with one uneven all_to_all and
-brings the results back with a second, both with autograd; the counts travel
-first. Dense parameters stay with the engine's data parallelism (DDP, FSDP2),
-which leaves the experts out.
+brings the results back with a second, both with autograd (the backward
+sends the gradients back along the same splits); the counts travel first.
+Each all_to_all's bytes and time go to the layer's ``traffic``. Dense
+parameters stay with the engine's data parallelism (DDP, FSDP2), which
+leaves the experts out.
 
 Gradients: an expert's owner receives the gradients of every ep peer's
 tokens through the all_to_all backward, each from that rank's mean loss.
@@ -14,24 +16,54 @@ Dividing by dp (and summing over the dp / ep ranks that hold the same
 experts) gives the gradient of the global mean loss, as one process has it.
 """
 
+import time
+
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed._functional_collectives import all_to_all_single_autograd
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.profiler import record_function
 
 from mtb.api import moe, total_norm
 
 EXPERT_WEIGHTS = ("w1", "w2")
 
 
+def exchange(rows, receive: list[int], send: list[int], group, traffic) -> torch.Tensor:
+    """One uneven all_to_all_single of ``rows``, its bytes and time added to ``traffic``."""
+    out = rows.new_empty((sum(receive), *rows.shape[1:]))
+    started = time.perf_counter()
+    with record_function("mtb.moe.all_to_all"):
+        dist.all_to_all_single(out, rows.contiguous(), receive, send, group=group)
+    if rows.is_cuda:
+        torch.cuda.synchronize(rows.device)
+    traffic.seconds += time.perf_counter() - started
+    traffic.bytes += rows.numel() * rows.element_size()
+    return out
+
+
+class AllToAll(torch.autograd.Function):
+    """all_to_all with autograd: the backward sends the gradients back along the same splits."""
+
+    @staticmethod
+    def forward(ctx, rows, receive, send, group, traffic):
+        ctx.route = (receive, send, group, traffic)
+        return exchange(rows, receive, send, group, traffic)
+
+    @staticmethod
+    def backward(ctx, grad):
+        receive, send, group, traffic = ctx.route
+        return exchange(grad, send, receive, group, traffic), None, None, None, None
+
+
 class AllToAllDispatch:
     """An MoE layer's dispatch over the ep group: send rows, run local experts, combine."""
 
-    def __init__(self, group, ep: int):
+    def __init__(self, group, ep: int, traffic):
         self.group = group
         self.ep = ep
+        self.traffic = traffic
 
     def splits(self, counts: torch.Tensor) -> tuple[list[int], list[int], torch.Tensor]:
         """Rows to send to and receive from each ep rank, and the received counts per expert."""
@@ -42,10 +74,12 @@ class AllToAllDispatch:
 
     def __call__(self, rows, counts, w1, w2):
         send, recv, recv_counts = self.splits(counts)
-        arrived = all_to_all_single_autograd(rows, recv, send, self.group)
+        with record_function("mtb.moe.dispatch"):
+            arrived = AllToAll.apply(rows, recv, send, self.group, self.traffic)
         chunks = recv_counts.flatten().tolist()
         done = moe.run_experts(arrived, chunks, w1.to_local(), w2.to_local())
-        return all_to_all_single_autograd(done, send, recv, self.group)
+        with record_function("mtb.moe.combine"):
+            return AllToAll.apply(done, send, recv, self.group, self.traffic)
 
 
 class ExpertParallel:
@@ -73,7 +107,7 @@ class ExpertParallel:
                 setattr(layer, weight, param)
                 self.params.append(param)
                 names.append(f"{layer_name}.{weight}")
-            layer.dispatch = AllToAllDispatch(self.mesh.get_group("ep"), self.ep)
+            layer.dispatch = AllToAllDispatch(self.mesh.get_group("ep"), self.ep, layer.traffic)
         return names
 
     def owns(self, param) -> bool:
