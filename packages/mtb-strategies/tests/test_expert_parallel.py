@@ -60,6 +60,11 @@ def test_steps_record_routing_and_all_to_all_figures(runs):
     assert dropless["summary"]["moe"]["imbalance"]["mean"] >= 1
 
 
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_model_state_estimate_splits_the_experts(runs, workload):
+    assert abs(runs[workload]["run"][0]["summary"]["model_state_estimate_error"]) < 0.02
+
+
 def test_ep2_resume_is_exact(runs, tmp_path):
     found = runs["top2-drops"]
     continuous = found["run"][0]

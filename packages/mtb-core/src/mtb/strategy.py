@@ -63,10 +63,20 @@ class Strategy:
         optimizer = 8 if training.optimizer == "adamw" else 0
         return {"parameters": 4, "gradients": 4, "optimizer_state": optimizer}
 
-    def state_bytes_estimate(self, parameters: int, world_size: int, training) -> dict:
-        """Analytic model-state bytes held by one rank, to set beside the measured ones."""
+    def state_bytes_estimate(
+        self, parameters: int, world_size: int, training, experts: int = 0, ep: int = 1
+    ) -> dict:
+        """Analytic model-state bytes held by one rank, to set beside the measured ones.
+
+        With expert parallelism (``ep`` > 1) the ``experts`` among the
+        ``parameters`` are split over the ep ranks, every state alike; the
+        rest follows the strategy's sharding.
+        """
+        split = experts if ep > 1 else 0
+        dense = parameters - split
         estimate = {
-            state: per_param * parameters // (world_size if state in self.sharded_states else 1)
+            state: per_param * dense // (world_size if state in self.sharded_states else 1)
+            + per_param * split // ep
             for state, per_param in self.state_bytes_per_parameter(training).items()
         }
         return {**estimate, "total": sum(estimate.values())}

@@ -17,7 +17,13 @@ from mtb.documents import document_provenance, plugin_list, result_document, wri
 from mtb.errors import RunFailed, one_line
 from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
-from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
+from mtb.model import (
+    expert_parameter_count,
+    flops_per_token,
+    largest_linear,
+    matmul_parameter_count,
+    parameter_count,
+)
 from mtb.profiling import run as profiling
 from mtb.registry import call_with
 from mtb.results import (
@@ -106,7 +112,11 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     fpt = flops_per_token(cfg.model)
     strategy = pm.registry("strategy").get(cfg.strategy)
     estimate = strategy.state_bytes_estimate(
-        parameter_count(cfg.model), context.world_size, cfg.training
+        parameter_count(cfg.model),
+        context.world_size,
+        cfg.training,
+        experts=expert_parameter_count(cfg.model),
+        ep=context.layout.ep,
     )
     trials = [
         reduce_trial(

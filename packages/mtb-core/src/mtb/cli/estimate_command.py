@@ -11,48 +11,73 @@ import json
 import click
 
 from mtb.config import OPTIMIZERS, PRECISIONS
+from mtb.errors import UsageError
 from mtb.presets import PRESETS
 
 STATES = ("parameters", "gradients", "optimizer_state", "total")
 
 
-def estimates(pm, preset: str, world_size: int, training, only: str | None) -> list[dict]:
+def estimates(pm, preset: str, world_size: int, training, only: str | None, ep: int = 1):
     from mtb.config import ModelConfig
-    from mtb.model import parameter_count
+    from mtb.model import expert_parameter_count, parameter_count
 
-    parameters = parameter_count(ModelConfig(**PRESETS[preset]))
+    model = ModelConfig(**PRESETS[preset])
+    parameters, experts = parameter_count(model), expert_parameter_count(model)
     rows = []
     for entry in pm.registry("strategy"):
         if only and entry.name != only:
             continue
-        strategy, limit = entry.item, entry.item.max_world_size
-        row = {"strategy": entry.name, "preset": preset, "world_size": world_size}
+        strategy = entry.item
+        row = {"strategy": entry.name, "preset": preset, "world_size": world_size, "ep": ep}
         row["parameter_count"] = parameters
         row["unavailable"] = entry.unavailable_reason
-        if limit is not None and world_size > limit:
-            row["note"] = f"runs on at most {limit} process(es)"
+        note = refusal(strategy, model, world_size, ep)
+        if note:
+            row["note"] = note
         else:
-            row.update(strategy.state_bytes_estimate(parameters, world_size, training))
+            row.update(strategy.state_bytes_estimate(parameters, world_size, training, experts, ep))
+            if experts:
+                row["expert_parameters_per_rank"] = experts // ep
         rows.append(row)
     if only and not rows:
         pm.registry("strategy").get(only)  # the registry's one-line error
     return rows
 
 
+def refusal(strategy, model, world_size: int, ep: int) -> str | None:
+    """Why ``strategy`` cannot run this shape at this world size and ep, if it cannot."""
+    limit = strategy.max_world_size
+    if limit is not None and world_size > limit:
+        return f"runs on at most {limit} process(es)"
+    if model.moe_experts and not strategy.trains_moe:
+        return "cannot train a mixture-of-experts model"
+    if ep > 1 and "ep" not in strategy.parallel_dims:
+        return "cannot take expert parallelism (ep)"
+    return None
+
+
 @click.command("estimate-memory")
 @click.option("--preset", type=click.Choice(tuple(PRESETS)), default="small", show_default=True)
 @click.option("--world-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--ep",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="expert parallelism: the experts of an MoE preset split over ep ranks",
+)
 @click.option("--strategy", help="one strategy  [default: every registered one]")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @click.pass_context
-def estimate_command(ctx, preset, world_size, strategy, precision, optimizer, as_json):
+def estimate_command(ctx, preset, world_size, ep, strategy, precision, optimizer, as_json):
     """Per-rank model-state memory (parameters, gradients, optimizer state) by strategy.
 
     Analytic bytes one rank holds at --world-size for the --preset's shape;
     activations and allocator overheads are not included. Strategies that
-    cannot run at that world size say so.
+    cannot run at that world size say so. With an MoE preset and --ep the
+    experts (parameters and their optimizer state) are split over ep ranks.
     """
     from rich.table import Table
 
@@ -60,14 +85,15 @@ def estimate_command(ctx, preset, world_size, strategy, precision, optimizer, as
     from mtb.console import print_wide
     from mtb.memory import format_size
 
+    check_ep(preset, world_size, ep)
     training = TrainingConfig(precision=precision, optimizer=optimizer)
-    rows = estimates(ctx.find_root().obj, preset, world_size, training, strategy)
+    rows = estimates(ctx.find_root().obj, preset, world_size, training, strategy, ep)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(
         title=f"model state per rank: preset {preset}, world size {world_size}, "
-        f"{precision}, {optimizer}"
+        f"{precision}, {optimizer}" + (f", ep {ep}" if ep > 1 else "")
     )
     table.add_column("strategy")
     for state in STATES:
@@ -79,3 +105,13 @@ def estimate_command(ctx, preset, world_size, strategy, precision, optimizer, as
         note = row.get("note") or unavailable
         table.add_row(row["strategy"], *sizes, note)
     print_wide(table)
+
+
+def check_ep(preset: str, world_size: int, ep: int) -> None:
+    """ep must divide the world size and the experts of the preset (one line otherwise)."""
+    experts = PRESETS[preset].get("moe_experts", 0)
+    if ep > 1 and (world_size % ep or not experts or experts % ep):
+        raise UsageError(
+            f"--ep: {ep} must divide --world-size {world_size} and the {experts} experts of "
+            f"preset {preset!r}"
+        )

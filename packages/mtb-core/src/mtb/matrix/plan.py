@@ -107,7 +107,7 @@ def _skip(cell: Cell, command_path: str, command, machine: Machine, pm) -> str |
 
 def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Machine) -> Plan:
     """Run or skip, a note on options the command will refuse, and the estimate (run cells)."""
-    from mtb.model import parameter_count
+    from mtb.model import expert_parameter_count, parameter_count
 
     command = find_command(cli, command_path)
     skip = _skip(cell, command_path, command, machine, pm)
@@ -131,6 +131,10 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
         message = error.format_message() if isinstance(error, click.ClickException) else error
         return Plan(cell, skip, f"{message}; the cell will fail")
     estimate = strategy.state_bytes_estimate(
-        parameter_count(config.model), config.launch.world_size, config.training
+        parameter_count(config.model),
+        config.launch.world_size,
+        config.training,
+        experts=expert_parameter_count(config.model),
+        ep=config.parallel.ep,
     )
     return Plan(cell, skip, config=config, estimate=estimate)
