@@ -83,3 +83,13 @@ def test_bad_moe_settings_are_one_line(invoke, args, message):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_a_dense_fingerprint_leaves_the_moe_fields_out():
+    from mtb import config
+
+    dense = config.resolve(flags={"preset": "tiny"})
+    assert not any("moe" in key for key in config.fingerprint_fields(dense)["model"])
+    sparse = config.resolve(flags={"preset": "tiny-moe"})
+    assert config.fingerprint_fields(sparse)["model"]["moe_experts"] == 4
+    assert config.fingerprint(sparse) != config.fingerprint(dense)

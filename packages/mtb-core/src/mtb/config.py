@@ -841,8 +841,14 @@ def select(doc: object, dotted: str):
 
 
 def fingerprint_fields(config: RunConfig) -> dict:
-    """The values of FINGERPRINT_FIELDS, by dotted name."""
+    """The values of FINGERPRINT_FIELDS, by dotted name.
+
+    A dense model leaves the ``moe_*`` fields out, so its fingerprint is the
+    one it had before models had them (older checkpoints still resume).
+    """
     doc = to_dict(config)
+    if not config.model.moe_experts:
+        doc["model"] = {k: v for k, v in doc["model"].items() if not k.startswith("moe_")}
     return {name: select(doc, name) for name in FINGERPRINT_FIELDS}
 
 
