@@ -93,3 +93,13 @@ def test_a_dense_fingerprint_leaves_the_moe_fields_out():
     sparse = config.resolve(flags={"preset": "tiny-moe"})
     assert config.fingerprint_fields(sparse)["model"]["moe_experts"] == 4
     assert config.fingerprint(sparse) != config.fingerprint(dense)
+
+
+def test_the_moe_model_trains_under_bf16_autocast():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(**PRESETS["tiny-moe"]))
+    tokens = torch.randint(0, 256, (2, 32))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(tokens, tokens)
+    loss.backward()
+    assert torch.isfinite(loss) and model.moe_layers()[0].w1.grad is not None

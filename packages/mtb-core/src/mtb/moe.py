@@ -182,7 +182,8 @@ class MoE(nn.Module):
         assigned = plan(routing)
         rows = x.reshape(-1, width)[assigned.token]
         done = self.dispatch(rows, assigned.counts, self.w1, self.w2)
-        weighted = done * assigned.gate.to(done.dtype)[:, None]
+        # under autocast the experts' output is in the low precision, the residual is not
+        weighted = (done * assigned.gate.to(done.dtype)[:, None]).to(x.dtype)
         out = torch.zeros_like(x.reshape(-1, width)).index_add(0, assigned.token, weighted)
         self.aux_loss = self.aux_coef * load_balancing_loss(routing)
         if self.z_coef:
