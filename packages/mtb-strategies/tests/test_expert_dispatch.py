@@ -80,11 +80,28 @@ def check(case: str, rank: int, wrong: bool) -> dict:
     return {"errors": errors, "dropped": stats["assigned"] - int(stats["kept"].sum())}
 
 
+def profiled(rank: int, trace: str) -> dict:
+    """One expert-parallel forward and backward under the torch profiler, analysed as mtb does."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mtb.api import analyse_trace, load_trace
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        check("top1-drops", rank, wrong=False)
+    profiler.export_chrome_trace(trace)
+    summary = analyse_trace(load_trace(trace))
+    return {
+        "ranges": sorted(summary["ranges_ms"]),
+        "comm": [op["name"] for op in summary["comm_ops"]],
+    }
+
+
 def worker(rank: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
         found = {case: check(case, rank, wrong=False) for case in CASES}
         found["injected"] = check("top2-dropless", rank, wrong=True)
+        found["profile"] = profiled(rank, f"{out}.trace-{rank}.json")
         dist.barrier()
         if rank == 0:
             with open(out, "w") as handle:
@@ -112,3 +129,9 @@ def test_a_permuted_split_fails_the_comparison(dispatch_results):
     errors = dispatch_results["injected"]["errors"]
     assert errors["output"] > 1e-2
     assert errors["w1"] > 1e-2
+
+
+def test_the_profile_names_the_moe_dispatch_and_combine(dispatch_results):
+    found = dispatch_results["profile"]
+    assert {"moe.dispatch", "moe.combine", "moe.all_to_all"} <= set(found["ranges"])
+    assert any("all_to_all" in name or "alltoall" in name for name in found["comm"]), found
