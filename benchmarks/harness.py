@@ -1,5 +1,6 @@
 """What the benchmark scripts share: one ``mtb`` command in a subprocess, its result read
-back; throughput from step timestamps; mtb-against-bare rounds reduced to a verdict."""
+back; throughput from step timestamps; mtb-against-bare rounds reduced to a verdict; the
+table's rows and their runs written as one result document."""
 
 import json
 import statistics
@@ -95,3 +96,18 @@ def compare_rounds(bare_rounds: list, mtb_rounds: list, target: float) -> dict:
             for m, b in zip(mtb_rounds, bare_rounds, strict=True)
         ),
     }
+
+
+def write_rows(kind: str, args, rows: list[dict], results: list[dict], started: str) -> None:
+    """The bench document (settings, rows, the runs' results, provenance) at ``args.output``."""
+    from mtb.api import document_provenance, result_document, write_atomic
+
+    document = result_document(
+        kind,
+        settings=vars(args),
+        rows=rows,
+        results=results,
+        provenance=document_provenance([], started=started),
+    )
+    write_atomic(args.output, json.dumps(document, indent=2) + "\n")
+    print(f"written to {args.output}")

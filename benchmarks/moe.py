@@ -16,10 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness import write_rows
 from rich.console import Console
 from rich.table import Table
 
-from mtb.api import document_provenance, result_document, utc_now, write_atomic
+from mtb.api import utc_now
 
 PAIRS = (("tiny", "tiny-moe"), ("small", "small-moe"))
 #: (strategy, expert parallelism) of every cell; dense presets run with ep 1
@@ -141,15 +142,7 @@ def main(argv=None) -> int:
         docs = [run_one(*cell, args, Path(tmp)) for cell in cells(args)]
     rows = [row(doc) for doc in docs]
     Console(width=160).print(table(rows))
-    document = result_document(
-        "bench-moe",
-        settings=vars(args),
-        rows=rows,
-        results=docs,
-        provenance=document_provenance([], started=started),
-    )
-    write_atomic(args.output, json.dumps(document, indent=2) + "\n")
-    print(f"written to {args.output}")
+    write_rows("bench-moe", args, rows, docs, started)
     return 0
 
 

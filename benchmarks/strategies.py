@@ -16,16 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness import write_rows
 from rich.console import Console
 from rich.table import Table
 
-from mtb.api import (
-    build_plugin_manager,
-    document_provenance,
-    result_document,
-    utc_now,
-    write_atomic,
-)
+from mtb.api import build_plugin_manager, utc_now
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3")
 
@@ -147,15 +142,7 @@ def main(argv=None) -> int:
         docs = [run_one(s, args, Path(tmp)) for s in args.strategies.split(",")]
     rows = [row(doc) for doc in docs]
     Console(width=160).print(table(rows, args.preset))
-    document = result_document(
-        "bench-strategies",
-        settings=vars(args),
-        rows=rows,
-        results=docs,
-        provenance=document_provenance([], started=started),
-    )
-    write_atomic(args.output, json.dumps(document, indent=2) + "\n")
-    print(f"written to {args.output}")
+    write_rows("bench-strategies", args, rows, docs, started)
     return 0
 
 

@@ -134,19 +134,14 @@ class ExpertParallel:
         """
         from torch.distributed.tensor._ops._math_ops import _NormPartial
 
-        grads = [p.grad.to_local() for p in self.params if p.grad is not None]
-        expert_sq = sum((g.float().square().sum() for g in grads), torch.zeros(()))
-        expert_sq = expert_sq.to(self.device(dense_norm)) / (self.dp // self.ep)
         if isinstance(dense_norm, DTensor):
             mesh, dense_sq = dense_norm.device_mesh, dense_norm.to_local().float().square()
         else:
             mesh, dense_sq = self.world_mesh, dense_norm.float().square() / dist.get_world_size()
-        local = (dense_sq + expert_sq).sqrt()
+        grads = [p.grad.to_local() for p in self.params if p.grad is not None]
+        expert_sq = sum((g.float().square().sum() for g in grads), torch.zeros(()))
+        local = (dense_sq + expert_sq.to(dense_sq.device) / (self.dp // self.ep)).sqrt()
         return DTensor.from_local(local, mesh, [_NormPartial(2)], run_check=False)
-
-    @staticmethod
-    def device(norm) -> torch.device:
-        return norm.to_local().device if isinstance(norm, DTensor) else norm.device
 
 
 class ExpertParallelEngine:
