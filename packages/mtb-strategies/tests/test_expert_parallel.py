@@ -42,6 +42,19 @@ def test_ep2_trains_like_single_on_the_same_global_batch(runs, workload):
     assert_same_training(result, state, found["reference"])
 
 
+@pytest.mark.slow
+@pytest.mark.four_ranks
+def test_ep2_of_dp4_reduces_expert_gradients_over_replicas(tmp_path):
+    """4 ranks, experts split over pairs: each expert on 2 ranks, its gradient summed over them."""
+    args = [*WORKLOADS["top1-dropless"], "--ep", "2"]
+    done, result, state = launch("ddp", tmp_path, *args, "--micro-batch-size", "1", nproc=4)
+    assert done.returncode == 0, done.stderr
+    assert result["environment"]["layout"]["ep"] == 2
+    one = launch("single", tmp_path, *args[:-2], "--micro-batch-size", "4", nproc=1, name="one")
+    assert one[0].returncode == 0, one[0].stderr
+    assert_same_training(result, state, one[1:])
+
+
 def test_steps_record_routing_and_all_to_all_figures(runs):
     drops = [s["moe"] for s in runs["top2-drops"]["run"][0]["trials"][0]["steps"]]
     assert all(m["dropped_fraction"] > 0 for m in drops)
