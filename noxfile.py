@@ -178,7 +178,7 @@ def gpu(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks with every package installed: bench.json, strategies, layouts, checkpoint, comm,
-    profiling, memory pressure.
+    profiling, memory pressure, MoE.
 
     Arguments after ``--`` go to bench.py (harness overhead of single, and of ddp and
     fsdp on 2 CPU ranks; start-up).
@@ -196,3 +196,4 @@ def bench(session: nox.Session) -> None:
     session.run(
         "python", "benchmarks/memory_pressure.py", "--output", "results/memory-pressure.json"
     )
+    session.run("python", "benchmarks/moe.py", "--output", "results/moe.json")

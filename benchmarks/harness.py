@@ -1,5 +1,6 @@
 """What the benchmark scripts share: one ``mtb`` command in a subprocess, its result read
-back; throughput from step timestamps; mtb-against-bare rounds reduced to a verdict."""
+back; throughput from step timestamps; mtb-against-bare rounds reduced to a verdict; the
+table's rows and their runs written as one result document."""
 
 import json
 import statistics

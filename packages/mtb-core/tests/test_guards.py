@@ -256,3 +256,36 @@ def test_a_busy_gpu_is_refused_unless_allowed_and_the_override_is_recorded(monke
     fake_smi(monkeypatch, 512)
     gpu_guard.check()
     assert gpu_guard.recorded()["busy"] == []
+
+
+class ExpertParallel(Strategy):
+    """Test only: a strategy that splits experts over ep ranks and replicates the rest."""
+
+    name = "test-ep"
+    parallel_dims = ("ep",)
+    trains_moe = True
+
+
+class ExpertParallelPlugin:
+    @hookimpl
+    def mtb_register_strategies(self, register):
+        register(ExpertParallel())
+
+
+def test_estimates_split_the_experts_over_ep_ranks(invoke, pm):
+    # tiny-moe: 59,232 parameters, 32,768 of them in the 4 experts of its one MoE layer
+    pm.register(ExpertParallelPlugin(), name="expert-parallel")
+    rows = estimate(invoke, "--preset", "tiny-moe", "--world-size", "2", "--ep", "2")
+    split = rows["test-ep"]
+    assert split["parameter_count"] == 59_232
+    assert split["expert_parameters_per_rank"] == 16_384
+    assert split["parameters"] == 4 * (59_232 - 32_768) + 4 * 16_384
+    assert split["total"] == 16 * (59_232 - 32_768 + 16_384)
+    assert rows["single"]["note"] == "runs on at most 1 process(es)"
+    whole = estimate(invoke, "--preset", "tiny-moe", "--strategy", "single")["single"]
+    assert whole["total"] == 16 * 59_232
+    refused = invoke("estimate-memory", "--preset", "tiny-moe", "--world-size", "2", "--ep", "3")
+    assert refused.exit_code == 2
+    assert refused.output.strip() == (
+        "Error: --ep: 3 must divide --world-size 2 and the 4 experts of preset 'tiny-moe'"
+    )

@@ -1,6 +1,8 @@
 """Markdown and CSV reports from real results; environment honesty; failures kept."""
 
-from report_fixtures import GOLDEN, RUNS, check_golden, run_document, variant, write
+import json
+
+from report_fixtures import FIXTURES, GOLDEN, RUNS, check_golden, run_document, variant, write
 
 from mtb_report.loading import load
 
@@ -241,3 +243,21 @@ def test_megatron_runs_render_with_topology_first_and_withheld_throughput(invoke
         in text
     )
     assert "| 2x1 | 2 | 1 | 1 | 1 | ok | — | 105 | — | 9.94 | 2,346 | no |" in text
+
+
+def test_moe_training_runs_get_routing_figures_and_a_tokens_per_expert_plot(invoke, tmp_path):
+    from mtb_report.plots import figures
+
+    document = json.loads((FIXTURES / "moe" / "moe-ddp-ep2.json").read_text())
+    moe = {key: value["mean"] for key, value in document["summary"]["moe"].items()}
+    write(tmp_path / "moe.json", document)
+    text = invoke("report", tmp_path).output
+    assert "### Mixture of experts" in text
+    table = text.split("### Mixture of experts")[1].splitlines()
+    row = next(line for line in table if line.startswith("| ddp"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "2"
+    assert cells[3] == f"{moe['dropped_fraction'] * 100:.1f}%"
+    assert cells[4] == f"{moe['imbalance']:,.3f}"
+    titles = [title for title, png in figures([document]) if png.startswith(b"\x89PNG")]
+    assert "Tokens per expert (training)" in titles

@@ -51,18 +51,15 @@ def reference(tokens, routing, experts):
 
 
 def _plan(routing, experts_per_rank: int, world: int) -> dict:
-    """Kept assignments sorted by expert: token index, gate, expert id, counts per rank."""
-    kept = routing.kept.flatten()
-    token = torch.arange(routing.experts.shape[0]).repeat_interleave(routing.experts.shape[1])
-    expert = routing.experts.flatten()[kept]
-    order = torch.argsort(expert, stable=True)
-    expert = expert[order]
-    counts = torch.bincount(expert // experts_per_rank, minlength=world)
+    """Kept assignments sorted by expert (the model's plan): token, gate, expert, rows per rank."""
+    from mtb.api import moe
+
+    plan = moe.plan(routing)
     return {
-        "token": token[kept][order],
-        "gate": routing.gates.flatten()[kept][order],
-        "expert": expert,
-        "send": counts.tolist(),
+        "token": plan.token,
+        "gate": plan.gate,
+        "expert": torch.arange(routing.num_experts).repeat_interleave(plan.counts),
+        "send": plan.counts.view(world, experts_per_rank).sum(1).tolist(),
     }
 
 

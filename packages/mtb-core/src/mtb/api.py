@@ -8,7 +8,7 @@ packages to this module). Importing it stays cheap: names that need torch
 Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Layout (the
 parallel layout a strategy checks and builds its mesh from), Engine
 (with StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
-ProfileSession), Reporter, hookimpl.
+ProfileSession), Reporter, hookimpl; the MoE router and layer (:mod:`mtb.moe`).
 Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
 :func:`write_atomic`, :func:`append_whole`, :func:`publish`, failure
@@ -32,7 +32,7 @@ from mtb.reporting import Reporter, append_whole, publish, write_atomic
 from mtb.strategy import Strategy, StrategyOption
 
 if TYPE_CHECKING:
-    from mtb import distributed
+    from mtb import distributed, moe
     from mtb.checkpoint.lifecycle import SaveRecord
     from mtb.cli.config_options import LAUNCH as LAUNCH_SECTION
     from mtb.cli.config_options import launch_options, option_for, split_launch
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
         result_document,
         write_result,
     )
-    from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy
+    from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy, total_norm
     from mtb.gpu_guard import check as refuse_busy_gpus
     from mtb.launch import LaunchTimeout, node_provenance, run_function
     from mtb.launcher import launch as run_training
@@ -74,6 +74,7 @@ _LAZY = {
     "ModelStateBytes": ("mtb.engine", "ModelStateBytes"),
     "cpu_copy": ("mtb.engine", "cpu_copy"),
     "refuse_busy_gpus": ("mtb.gpu_guard", "check"),
+    "total_norm": ("mtb.engine", "total_norm"),
     "LAUNCH_SECTION": ("mtb.cli.config_options", "LAUNCH"),
     "launch_options": ("mtb.cli.config_options", "launch_options"),
     "option_for": ("mtb.cli.config_options", "option_for"),
@@ -112,6 +113,7 @@ _LAZY = {
     "failure_status": ("mtb.results", "failure_status"),
     "from_document": ("mtb.results", "from_document"),
     "distributed": ("mtb.distributed", None),
+    "moe": ("mtb.moe", None),
     "node_provenance": ("mtb.launch", "node_provenance"),
     "GPT": ("mtb.model", "GPT"),
     "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
@@ -188,6 +190,7 @@ __all__ = [
     "hookimpl",
     "launch_options",
     "load_trace",
+    "moe",
     "mtb_plugin",
     "node_provenance",
     "option_for",
@@ -204,6 +207,7 @@ __all__ = [
     "stdout",
     "summarize",
     "torch_info",
+    "total_norm",
     "utc_now",
     "write_atomic",
     "write_result",

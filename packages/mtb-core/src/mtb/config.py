@@ -131,6 +131,21 @@ class ModelConfig:
     )
     dropout: float = setting(0.0, help="dropout probability", minimum=0.0, below=1.0)
     tie_embeddings: bool = setting(True, help="share input embedding and output head")
+    moe_experts: int = setting(
+        0, help="experts per MoE layer (0: dense MLP in every block)", minimum=0, maximum=4096
+    )
+    moe_top_k: int = setting(1, help="experts each token is routed to", minimum=1, maximum=4096)
+    moe_capacity_factor: float = setting(
+        1.25, help="expert capacity as a multiple of an even share of a sequence's assignments"
+    )
+    moe_dropless: bool = setting(False, help="no capacity limit: no token is dropped")
+    moe_every: int = setting(
+        1, help="every Nth block has an MoE layer (the last of each N)", minimum=1, maximum=1024
+    )
+    moe_aux_loss_coef: float = setting(
+        0.01, help="weight of the load-balancing auxiliary loss", minimum=0.0
+    )
+    moe_z_loss_coef: float = setting(0.0, help="weight of the router z-loss", minimum=0.0)
 
     def __attrs_post_init__(self):
         if self.d_model % self.n_heads:
@@ -138,6 +153,29 @@ class ModelConfig:
                 "model.d_model",
                 f"{self.d_model} must be divisible by model.n_heads={self.n_heads}",
             )
+        if self.moe_experts:
+            self._check_moe()
+
+    def _check_moe(self) -> None:
+        if self.moe_top_k > self.moe_experts:
+            raise ConfigError(
+                "model.moe_top_k",
+                f"{self.moe_top_k} must be <= model.moe_experts={self.moe_experts}",
+            )
+        if self.moe_capacity_factor <= 0:
+            raise ConfigError(
+                "model.moe_capacity_factor",
+                f"must be > 0, got {self.moe_capacity_factor} (for no limit use moe_dropless)",
+            )
+        if self.moe_every > self.n_layers:
+            raise ConfigError(
+                "model.moe_every",
+                f"{self.moe_every} leaves no MoE layer in model.n_layers={self.n_layers} blocks",
+            )
+
+    def is_moe_block(self, index: int) -> bool:
+        """Whether block ``index`` (from 0) has an MoE layer instead of its MLP."""
+        return self.moe_experts > 0 and (index + 1) % self.moe_every == 0
 
 
 @attrs.define(kw_only=True)
@@ -813,8 +851,14 @@ def select(doc: object, dotted: str):
 
 
 def fingerprint_fields(config: RunConfig) -> dict:
-    """The values of FINGERPRINT_FIELDS, by dotted name."""
+    """The values of FINGERPRINT_FIELDS, by dotted name.
+
+    A dense model leaves the ``moe_*`` fields out, so its fingerprint is the
+    one it had before models had them (older checkpoints still resume).
+    """
     doc = to_dict(config)
+    if not config.model.moe_experts:
+        doc["model"] = {k: v for k, v in doc["model"].items() if not k.startswith("moe_")}
     return {name: select(doc, name) for name in FINGERPRINT_FIELDS}
 
 

@@ -64,6 +64,7 @@ class Layout:
                 f"{layout.ep} must divide the data-parallel size {layout.dp} "
                 "(dp_replicate x dp_shard)",
             )
+        _check_experts(layout, config)
         return layout
 
     @property
@@ -177,6 +178,16 @@ def _check_pipeline(layout: Layout, config) -> None:
             "parallel.pp_microbatches",
             f"{microbatches} is fewer than the {stages} pipeline stages; "
             f"{parallel.pp_schedule} needs at least one micro-batch per stage",
+        )
+
+
+def _check_experts(layout: Layout, config) -> None:
+    """ep shards the experts of every MoE layer: there must be experts, in equal shares."""
+    experts = config.model.moe_experts
+    if layout.ep > 1 and (not experts or experts % layout.ep):
+        what = "an MoE model (model.moe_experts > 0)" if not experts else f"{experts} experts"
+        raise ConfigError(
+            "parallel.ep", f"{layout.ep} must divide model.moe_experts; it needs {what}"
         )
 
 

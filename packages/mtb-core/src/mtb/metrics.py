@@ -32,6 +32,50 @@ class StepMetrics:
     gradient_syncs: int | None = None
     #: wall time spent in torch.compile during the step (--compile; 0 when eager)
     compile_ms: float = 0.0
+    #: routing and all_to_all figures of the MoE layers (None: a dense model), see mtb.moe
+    moe: dict | None = None
+
+
+#: the per-step MoE figures the summary averages over a trial's measured steps
+MOE_SUMMARY = (
+    "dropped_fraction",
+    "imbalance",
+    "aux_loss",
+    "all_to_all_bytes",
+    "all_to_all_ms",
+    "dispatch_combine_share",
+)
+
+
+def moe_step(per_rank: list[dict], step_ms: float) -> dict:
+    """One step's MoE figures over every rank's (see mtb.moe.take_step).
+
+    Tokens per expert are summed over ranks, per layer; min, mean and max
+    run over every expert of every layer; imbalance (max / mean) is the
+    worst layer's; the dropped fraction counts assignments (tokens x k) past
+    capacity; all_to_all bytes (also summed over ranks) and time are the
+    busiest rank's, and their share is of the step time (the max across ranks).
+    """
+    layers = [
+        [sum(column) for column in zip(*layer, strict=True)]
+        for layer in zip(*(r["tokens_per_expert"] for r in per_rank), strict=True)
+    ]
+    loads = [tokens for layer in layers for tokens in layer]
+    assigned = sum(r["assigned"] for r in per_rank)
+    a2a_ms = max(r["all_to_all_ms"] for r in per_rank)
+    return {
+        "tokens_per_expert": layers,
+        "tokens_per_expert_min": min(loads),
+        "tokens_per_expert_mean": statistics.fmean(loads),
+        "tokens_per_expert_max": max(loads),
+        "dropped_fraction": (assigned - sum(loads)) / assigned if assigned else 0.0,
+        "imbalance": max(max(layer) / statistics.fmean(layer) for layer in layers),
+        "aux_loss": statistics.fmean(r["aux_loss"] for r in per_rank),
+        "all_to_all_bytes": max(r["all_to_all_bytes"] for r in per_rank),
+        "all_to_all_bytes_total": sum(r["all_to_all_bytes"] for r in per_rank),
+        "all_to_all_ms": a2a_ms,
+        "dispatch_combine_share": a2a_ms / step_ms if step_ms else 0.0,
+    }
 
 
 def summarize(values: list[float]) -> dict:

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mtb.config import ModelConfig
+from mtb.moe import MoE
 
 
 class CausalSelfAttention(nn.Module):
@@ -51,12 +52,12 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One transformer block; strategies wrap or shard at this granularity."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, moe: bool = False):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = MLP(cfg)
+        self.mlp = MoE(cfg) if moe else MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.checkpointing = False
 
@@ -79,7 +80,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, cfg.is_moe_block(i)) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -88,7 +89,15 @@ class GPT(nn.Module):
         residual_std = 0.02 / math.sqrt(2 * cfg.n_layers)
         for block in self._blocks():
             nn.init.normal_(block.attn.proj.weight, std=residual_std)
-            nn.init.normal_(block.mlp.proj.weight, std=residual_std)
+            if isinstance(block.mlp, MoE):
+                nn.init.normal_(block.mlp.w1, std=0.02)
+                nn.init.normal_(block.mlp.w2, std=residual_std)
+            else:
+                nn.init.normal_(block.mlp.proj.weight, std=residual_std)
+
+    def moe_layers(self) -> list[MoE]:
+        """The MoE layers, in block order (none in a dense model)."""
+        return [block.mlp for block in self._blocks() if isinstance(block.mlp, MoE)]
 
     def _blocks(self) -> list[Block]:
         """The blocks, typed (ModuleList yields plain Modules)."""
@@ -107,7 +116,10 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None):
-        """Logits, or the mean next-token cross-entropy when targets are given."""
+        """Logits, or the mean next-token cross-entropy when targets are given.
+
+        With MoE layers the loss adds their weighted router losses.
+        """
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions))
         for block in self.blocks:
@@ -115,17 +127,37 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        for layer in self.moe_layers():
+            loss = loss + layer.aux_loss
+        return loss
+
+
+def _ffn_parameters(cfg: ModelConfig, index: int, active: bool = False) -> int:
+    """Feed-forward weights of block ``index``: an MLP, or router plus experts.
+
+    ``active``: the matmul weights one token passes through (top-k experts).
+    """
+    d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
+    if not cfg.is_moe_block(index):
+        return 2 * d * hidden + (0 if active else hidden + d)
+    experts = cfg.moe_top_k if active else cfg.moe_experts
+    return d * cfg.moe_experts + experts * 2 * d * hidden
+
+
+def expert_parameter_count(cfg: ModelConfig) -> int:
+    """Parameters of the experts of every MoE layer (what expert parallelism shards)."""
+    per_layer = 2 * cfg.d_model * cfg.mlp_ratio * cfg.d_model * cfg.moe_experts
+    return per_layer * sum(cfg.is_moe_block(i) for i in range(cfg.n_layers))
 
 
 def parameter_count(cfg: ModelConfig) -> int:
     """Trainable parameters, computed from the shape (tied weights counted once)."""
-    d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
+    d = cfg.d_model
     attention = 3 * d * d + 3 * d + d * d + d
-    mlp = d * hidden + hidden + hidden * d + d
-    block = attention + mlp + 4 * d
+    blocks = sum(attention + 4 * d + _ffn_parameters(cfg, i) for i in range(cfg.n_layers))
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
-    return cfg.vocab_size * d + cfg.seq_len * d + cfg.n_layers * block + 2 * d + head
+    return cfg.vocab_size * d + cfg.seq_len * d + blocks + 2 * d + head
 
 
 def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
@@ -137,8 +169,11 @@ def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
     position embedding stay whole. A pipeline stage holds
     its share of blocks (the first ones one more when they do not divide),
     the first stage the embeddings, the last the final norm and the head (a
-    tied head is a copy there once the stages differ).
+    tied head is a copy there once the stages differ). Without either, every
+    parameter (an MoE model's experts included).
     """
+    if tp == pp == 1:
+        return parameter_count(cfg)
     d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
     split = 3 * d * d + 3 * d + d * d + d * hidden + hidden + hidden * d
     block = split // tp + 2 * d + 4 * d
@@ -152,9 +187,13 @@ def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
 
 
 def matmul_parameter_count(cfg: ModelConfig) -> int:
-    """Weights that take part in a matmul per token: block linears and the LM head."""
+    """Weights that take part in a matmul per token: block linears and the LM head.
+
+    In an MoE layer: the router and the top-k experts a token is routed to.
+    """
     d = cfg.d_model
-    return cfg.n_layers * (4 * d * d + 2 * cfg.mlp_ratio * d * d) + cfg.vocab_size * d
+    ffn = sum(_ffn_parameters(cfg, i, active=True) for i in range(cfg.n_layers))
+    return cfg.n_layers * 4 * d * d + ffn + cfg.vocab_size * d
 
 
 def largest_linear(cfg: ModelConfig, tokens: int) -> tuple[int, int, int]:

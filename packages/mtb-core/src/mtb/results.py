@@ -7,6 +7,7 @@ averaged across different configs.
 
 import math
 import re
+import statistics
 
 import attrs
 import cattrs
@@ -14,7 +15,14 @@ import cattrs
 from mtb import config as config_mod
 from mtb.documents import result_document
 from mtb.layout import Layout
-from mtb.metrics import max_across_ranks, mfu, summarize, tokens_per_second
+from mtb.metrics import (
+    MOE_SUMMARY,
+    max_across_ranks,
+    mfu,
+    moe_step,
+    summarize,
+    tokens_per_second,
+)
 
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms", "step_ms")
@@ -145,6 +153,7 @@ def reduce_trial(
             "clipped": s.clipped,
             "skipped": s.skipped,
             "gradient_syncs": s.gradient_syncs,
+            **_moe_entry([steps[i] for steps in measured], per_phase["step_ms"][i]),
         }
         for i, s in enumerate(measured[0])
     ]
@@ -169,6 +178,25 @@ def reduce_trial(
         per_rank,
         max(sum(s.compile_ms for s in r.steps) for r in ranks) / 1000.0,
     )
+
+
+def _moe_entry(per_rank: list, step_ms: float) -> dict:
+    """``{"moe": ...}`` for a step of an MoE model, nothing for a dense one."""
+    if per_rank[0].moe is None:
+        return {}
+    return {"moe": moe_step([s.moe for s in per_rank], step_ms)}
+
+
+def _moe_summary(trials: list[Trial]) -> dict:
+    """Each MoE figure averaged over a trial's steps, summarised across trials."""
+    if "moe" not in trials[0].steps[0]:
+        return {}
+    return {
+        "moe": {
+            key: summarize([statistics.fmean(s["moe"][key] for s in t.steps) for t in trials])
+            for key in MOE_SUMMARY
+        }
+    }
 
 
 def estimate_error(measured: float | None, estimate: int) -> float | None:
@@ -206,6 +234,7 @@ def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
             )
         ),
         "model_state_estimate_bytes": state_estimate,
+        **_moe_summary(trials),
     }
     summary["model_state_estimate_error"] = estimate_error(
         summary["model_state_bytes_per_rank"]["mean"], state_estimate["total"]

@@ -49,6 +49,8 @@ class Strategy:
     options: ClassVar[tuple[StrategyOption, ...]] = ()
     #: layout dimensions beyond plain data parallelism it can take (see mtb.layout.MODEL_DIMS)
     parallel_dims: tuple[str, ...] = ()
+    #: whether it trains the mixture-of-experts model (model.moe_experts > 0)
+    trains_moe: bool = False
     #: model states split across the data-parallel ranks (for the analytic estimate)
     sharded_states: tuple[str, ...] = ()
     #: whether it trains a model whose blocks core compiled (--compile)
@@ -63,16 +65,23 @@ class Strategy:
         optimizer = 8 if training.optimizer == "adamw" else 0
         return {"parameters": 4, "gradients": 4, "optimizer_state": optimizer}
 
-    def state_bytes_estimate(self, parameters: int, world_size: int, training) -> dict:
+    def state_bytes_estimate(
+        self, parameters: int, world_size: int, training, experts: int = 0, ep: int = 1
+    ) -> dict:
         """Analytic model-state bytes held by one rank, to set beside the measured ones.
 
         ``parameters``: those one rank holds before data-parallel sharding (all
         of them, or a tensor/pipeline-parallel rank's share); ``world_size``:
         the ranks the sharded states split over (the layout's dp_shard: HSDP
-        replicas hold the same shards).
+        replicas hold the same shards). With expert parallelism (``ep`` > 1)
+        the ``experts`` among the ``parameters`` are split over the ep ranks,
+        every state alike; the rest follows the strategy's sharding.
         """
+        split = experts if ep > 1 else 0
+        dense = parameters - split
         estimate = {
-            state: per_param * parameters // (world_size if state in self.sharded_states else 1)
+            state: per_param * dense // (world_size if state in self.sharded_states else 1)
+            + per_param * split // ep
             for state, per_param in self.state_bytes_per_parameter(training).items()
         }
         return {**estimate, "total": sum(estimate.values())}
@@ -103,6 +112,11 @@ class Strategy:
             raise UsageError(
                 f"strategy {self.name!r} does not run on {device_type}; "
                 f"supported: {', '.join(self.device_types)}"
+            )
+        if config.model.moe_experts and not self.trains_moe:
+            raise UsageError(
+                f"model.moe_experts: strategy {self.name!r} cannot train a mixture-of-experts "
+                "model (it cannot shard experts); use ddp or fsdp (--ep), or single"
             )
         allowed = self.precisions.get(device_type, ())
         if config.training.precision not in allowed:

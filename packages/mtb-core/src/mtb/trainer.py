@@ -23,6 +23,7 @@ from mtb.engine import make_optimizer, norm_shard
 from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
+from mtb.moe import take_step
 from mtb.profiling.ranges import ranges
 from mtb.schedule import lr_at
 from mtb.seeding import seed_model_init, seed_training
@@ -80,6 +81,7 @@ class Trainer:
         self.hooks = pm.hook
         self.training = context.config.training
         self.range = ranges(False)
+        self.moe_layers: list = []
 
     def data(self) -> SyntheticTokens:
         cfg = self.context.config
@@ -100,6 +102,7 @@ class Trainer:
         if self.context.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.context.device)
         model = build_model(self.context)
+        self.moe_layers = model.moe_layers()
         engine = self.strategy.setup(
             model, lambda params: make_optimizer(params, self.training), self.context
         )
@@ -170,6 +173,7 @@ class Trainer:
             clipped=info.clipped,
             skipped=info.skipped,
             gradient_syncs=info.gradient_syncs,
+            moe=take_step(self.moe_layers),
         )
 
     def optimizer_phase(self, engine, loss_sum: torch.Tensor, step: int):

@@ -18,6 +18,7 @@ from mtb.errors import RunFailed, one_line
 from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
 from mtb.model import (
+    expert_parameter_count,
     flops_per_token,
     largest_linear,
     matmul_parameter_count,
@@ -113,7 +114,11 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     strategy = pm.registry("strategy").get(cfg.strategy)
     layout = context.layout
     estimate = strategy.state_bytes_estimate(
-        rank_parameter_count(cfg.model, layout.tp, layout.pp), layout.dp_shard, cfg.training
+        rank_parameter_count(cfg.model, layout.tp, layout.pp),
+        layout.dp_shard,
+        cfg.training,
+        experts=expert_parameter_count(cfg.model),
+        ep=layout.ep,
     )
     trials = [
         reduce_trial(

@@ -7,6 +7,7 @@ import io
 
 from mtb_report import grouping
 from mtb_report.kinds import rows_of
+from mtb_report.moe_runs import train_tokens_per_expert
 from mtb_report.records import PHASE_KEYS, peak_memory_per_rank, train_record, variant_label
 
 
@@ -163,6 +164,7 @@ PLOTS = (
     step_breakdown,
     bus_bandwidth,
     tokens_per_expert,
+    train_tokens_per_expert,
 )
 
 

@@ -5,6 +5,7 @@ from mtb_report import grouping
 from mtb_report.formatting import DASH, cell, mean_std, mfu, number, percent, size
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
+from mtb_report.moe_runs import moe_table
 from mtb_report.records import (
     checkpoint_record,
     options_text,
@@ -222,6 +223,9 @@ def train_tables(documents: list[dict]) -> list[Table]:
         ]
         tables.append(Table(title, TRAIN_COLUMNS, rows, legend))
         tables.append(Table("Runtime state", RUNTIME_COLUMNS, [runtime_row(d) for d in group]))
+        experts = moe_table(group)
+        if experts is not None:
+            tables.append(experts)
     return tables + layout_tables(ok)
 
 

@@ -9,12 +9,17 @@ from mtb_strategies.sync_modes import resolve_sync_mode
 class TorchDataParallelStrategy(Strategy):
     """A torch.distributed data-parallel strategy.
 
-    Subclasses name their default sync mode and their engine class as
-    ``"module:Class"``; the module (which imports torch) loads only at setup.
+    Subclasses name their default sync mode and their engine classes (plain
+    and expert-parallel) as ``"module:Class"``; the module (which imports
+    torch) loads only at setup.
     """
 
     default_sync_mode = "every"
     engine = ""
+    #: the engine with the experts of MoE layers sharded over the ep ranks (``--ep`` > 1)
+    expert_parallel_engine = ""
+    parallel_dims = ("ep",)
+    trains_moe = True
 
     def resolve_sync(self, requested: str) -> str:
         return resolve_sync_mode(requested, self.default_sync_mode, ("every", "last"), self.name)
@@ -24,7 +29,8 @@ class TorchDataParallelStrategy(Strategy):
         self.resolve_sync(config.training.gradient_sync_mode)
 
     def setup(self, model, make_optimizer, context):
-        module, _, cls = self.engine.partition(":")
+        path = self.expert_parallel_engine if context.layout.ep > 1 else self.engine
+        module, _, cls = path.partition(":")
         engine_class = getattr(importlib.import_module(module), cls)
         mode = self.resolve_sync(context.config.training.gradient_sync_mode)
         return engine_class.build(model, make_optimizer, context, mode)

@@ -11,4 +11,5 @@ class DDPStrategy(TorchDataParallelStrategy):
     name = "ddp"
     description = "torch DistributedDataParallel (replicated model, bucketed all-reduce)"
     engine = "mtb_strategies.ddp_engine:DDPEngine"
+    expert_parallel_engine = "mtb_strategies.ddp_engine:ExpertParallelDDPEngine"
     default_sync_mode = "last"

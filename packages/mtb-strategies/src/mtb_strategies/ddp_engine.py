@@ -7,6 +7,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtb.api import cpu_copy
 from mtb_strategies.counted_engine import CountedSyncEngine
+from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
 from mtb_strategies.sync_modes import SyncCounter
 
 
@@ -41,3 +42,16 @@ class DDPEngine(CountedSyncEngine):
     def load_state_dict(self, state: dict) -> None:
         self.model.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+class ExpertParallelDDPEngine(ExpertParallelEngine, DDPEngine):
+    """DDP over the dense parameters; experts sharded over the ep ranks, left out of DDP."""
+
+    @classmethod
+    def build(cls, model, make_optimizer, context, sync_mode: str):
+        experts = ExpertParallel(context)
+        names = experts.shard(model)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+        engine = super().build(model, make_optimizer, context, sync_mode)
+        engine.expert_parallel = experts
+        return engine

@@ -15,6 +15,7 @@ from mtb_strategies.data_parallel import TorchDataParallelStrategy
 class FSDPStrategy(TorchDataParallelStrategy):
     name = "fsdp"
     engine = "mtb_strategies.fsdp_engine:FSDPEngine"
+    expert_parallel_engine = "mtb_strategies.fsdp_engine:ExpertParallelFSDPEngine"
     default_sync_mode = "every"
     description = "FSDP2 fully_shard per block and root (sharded params, grads, optimizer)"
     precisions: ClassVar[dict] = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16")}

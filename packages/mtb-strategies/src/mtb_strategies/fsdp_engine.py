@@ -8,6 +8,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
 from mtb_strategies.counted_engine import CountedSyncEngine
+from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
 from mtb_strategies.sync_modes import SyncCounter
 
 
@@ -29,11 +30,12 @@ def _reduce_scatter():
     return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def shard(model, context, counter: SyncCounter, mesh=None):
+def shard(model, context, counter: SyncCounter, mesh=None, ignored=()):
     """fully_shard each block, then the root (embeddings, final norm, tied head).
 
     ``mesh``: the data-parallel mesh (1-D: FSDP; 2-D replicate x shard: HSDP);
-    None shards over the whole world.
+    None shards over the whole world. ``ignored`` parameters (experts sharded
+    by expert parallelism) stay as they are.
     """
     options = context.config.strategy_options
     policy = MixedPrecisionPolicy()
@@ -43,6 +45,7 @@ def shard(model, context, counter: SyncCounter, mesh=None):
         "reshard_after_forward": options.get("fsdp_reshard_after_forward", True),
         "mp_policy": policy,
         "mesh": mesh,
+        "ignored_params": set(ignored),
     }
     for block in model.blocks:
         fully_shard(block, **kwargs)
@@ -55,9 +58,9 @@ def shard(model, context, counter: SyncCounter, mesh=None):
 
 class FSDPEngine(CountedSyncEngine):
     @classmethod
-    def build(cls, model, make_optimizer, context, sync_mode: str):
+    def build(cls, model, make_optimizer, context, sync_mode: str, ignored=()):
         counter = SyncCounter()
-        sharded = shard(model, context, counter)
+        sharded = shard(model, context, counter, ignored=ignored)
         return cls(sharded, make_optimizer(sharded.parameters()), context, sync_mode, counter)
 
     def autocast(self):
@@ -89,3 +92,15 @@ class FSDPEngine(CountedSyncEngine):
             model_state_dict=state["model"],
             optim_state_dict=state["optimizer"],
         )
+
+
+class ExpertParallelFSDPEngine(ExpertParallelEngine, FSDPEngine):
+    """FSDP2 over the dense parameters; experts sharded over the ep ranks, left out of FSDP."""
+
+    @classmethod
+    def build(cls, model, make_optimizer, context, sync_mode: str, ignored=()):
+        experts = ExpertParallel(context)
+        experts.shard(model)
+        engine = super().build(model, make_optimizer, context, sync_mode, experts.params)
+        engine.expert_parallel = experts
+        return engine

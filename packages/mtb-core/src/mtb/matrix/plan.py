@@ -108,7 +108,7 @@ def _skip(cell: Cell, command_path: str, command, machine: Machine, pm) -> str |
 def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Machine) -> Plan:
     """Run or skip, a note on options the command will refuse, and the estimate (run cells)."""
     from mtb.layout import Layout
-    from mtb.model import rank_parameter_count
+    from mtb.model import expert_parameter_count, rank_parameter_count
 
     command = find_command(cli, command_path)
     skip = _skip(cell, command_path, command, machine, pm)
@@ -133,5 +133,11 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
         message = error.format_message() if isinstance(error, click.ClickException) else error
         return Plan(cell, skip, f"{message}; the cell will fail")
     parameters = rank_parameter_count(config.model, layout.tp, layout.pp)
-    estimate = strategy.state_bytes_estimate(parameters, layout.dp_shard, config.training)
+    estimate = strategy.state_bytes_estimate(
+        parameters,
+        layout.dp_shard,
+        config.training,
+        experts=expert_parameter_count(config.model),
+        ep=layout.ep,
+    )
     return Plan(cell, skip, config=config, estimate=estimate)

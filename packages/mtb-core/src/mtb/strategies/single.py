@@ -8,6 +8,7 @@ class SingleStrategy(Strategy):
     name = "single"
     description = "one process, no wrapper (baseline)"
     max_world_size = 1
+    trains_moe = True
 
     def setup(self, model, make_optimizer, context):
         from mtb.engine import Engine
