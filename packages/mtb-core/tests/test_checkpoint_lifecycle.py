@@ -141,6 +141,29 @@ def test_steps_cadence_and_lr_may_differ(tmp_path):
     ]
 
 
+def layout_config(strategy="nd", **parallel):
+    flags = {"preset": "tiny", "strategy": strategy, "parallel": parallel}
+    return config_mod.resolve(flags={**flags, "launch": {"nproc_per_node": 4}})
+
+
+def test_layouts_and_strategies_change_where_dcp_reshards_but_pipeline_stages_do_not(tmp_path):
+    saved = layout_config(dp_shard=2, tp=2)
+    document = meta.read(make_checkpoint(tmp_path, 2, saved, world_size=4))
+    assert document["layout"]["label"] == "dp2·tp2"
+    refusals, allowed = meta.differences(document, layout_config("fsdp"), 4, None)
+    assert refusals == []
+    assert "layout: checkpoint dp2·tp2, run dp4" in allowed
+    assert "strategy: checkpoint 'nd', run 'fsdp'" in allowed
+    refusals, _ = meta.differences(document, layout_config("zero3"), 4, "partitions")
+    assert "strategy: checkpoint 'nd', run 'zero3'" in refusals
+    with pytest.raises(meta.CheckpointError) as refused:
+        meta.check_compatible(tmp_path / "step_00000002", document, layout_config(pp=2), 4, None)
+    assert str(refused.value).splitlines() == [
+        "checkpoint step_00000002 does not match this run: layout: checkpoint dp2·tp2, "
+        "run dp2·pp2 (pipeline stages 1 vs 2: stage boundaries moved)"
+    ]
+
+
 def damaged_layout(root):
     """READY 2 and 4, latest lagging at 2, a READY 6 with a cut shard, an unfinished 8."""
     for step in (2, 4, 6):

@@ -23,10 +23,19 @@ class OptimizerSharded(Strategy):
     sharded_states = ("optimizer_state",)
 
 
+class ModelParallel(Strategy):
+    """Test only: takes tp and pp, shards every state over the data-parallel ranks."""
+
+    name = "test-model-parallel"
+    parallel_dims = ("tp", "pp")
+    sharded_states = ("parameters", "gradients", "optimizer_state")
+
+
 class ShardedPlugin:
     @hookimpl
     def mtb_register_strategies(self, register):
         register(OptimizerSharded())
+        register(ModelParallel())
 
 
 def estimate(invoke, *args) -> dict:
@@ -59,6 +68,25 @@ def test_estimates_match_hand_computed_bytes(invoke, pm):
     refused = invoke("estimate-memory", "--strategy", "nope")
     assert refused.exit_code == 2
     assert refused.output.startswith("Error: unknown strategy 'nope'; installed: single")
+
+
+def test_estimate_covers_tensor_and_pipeline_parallel_layouts(invoke, pm):
+    pm.register(ShardedPlugin(), name="sharded")
+    rows = estimate(invoke, "--preset", "tiny", "--world-size", "4", "--tp", "2")
+    # a tiny block has 12,512 parameters in its split linears and 192 it keeps whole;
+    # embeddings 256 x 32 + 32 x 32, the final norm 64 (the tied head adds none)
+    per_rank = 2 * (12_512 // 2 + 192) + 9_216 + 64
+    parallel = rows["test-model-parallel"]
+    assert parallel["layout"] == "dp2·tp2"
+    assert parallel["parameters"] == 4 * per_rank // 2  # sharded over dp_shard 2
+    assert "cannot take tp 2" in rows["test-os-sharded"]["note"]
+    pp2 = estimate(invoke, "--preset", "tiny", "--world-size", "2", "--pp", "2")
+    staged = pp2["test-model-parallel"]
+    # one block per stage; the first stage holds the embeddings, the larger end
+    assert staged["parameters"] == 4 * (12_512 + 192 + 9_216)
+    refused = invoke("estimate-memory", "--world-size", "4", "--tp", "3")
+    assert refused.exit_code == 2
+    assert "parallel.dp_shard: -1 needs dp_replicate 1 x tp 3" in refused.output
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,27 @@ def test_rank_order_is_tp_fastest_then_dp_then_pp():
     assert [layout.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
 
 
+def test_tokens_count_once_per_data_parallel_rank():
+    layout = Layout.of(config(8, tp=2, pp=2))
+    assert [r for r in range(8) if layout.counts_tokens(r)] == [0, 2]
+    from mtb.results import reduce_trial
+    from mtb.trainer import TrialRecord
+
+    records = [
+        TrialRecord(rank, [step(rank)], {"total": 0}, {"peak_rss_bytes": 0}, {}, None, None)
+        for rank in range(8)
+    ]
+    trial = reduce_trial(0, records, ["h"] * 8, 8, 6, None, layout)
+    assert trial.tokens_per_step == 2 * 128
+
+
+def step(rank):
+    from mtb.metrics import StepMetrics
+
+    timings = {"data_ms": 0.0, "forward_backward_ms": 0.0, "optimizer_ms": 0.0, "step_ms": 10.0}
+    return StepMetrics(step=0, warmup=False, **timings, loss=1.0, tokens=128)
+
+
 def test_layout_in_the_result_names_its_order():
     record = Layout.of(config(4, tp=2)).as_dict()
     assert record["label"] == "dp2·tp2"

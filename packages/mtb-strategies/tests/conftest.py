@@ -93,6 +93,23 @@ def reference(tmp_path_factory):
     return result, state
 
 
+#: layouts that split matmuls are compared with SGD, not AdamW: AdamW divides each
+#: gradient by its own running magnitude, so the rounding noise of a gradient that is
+#: zero in exact arithmetic (the key bias's) becomes a learning-rate-sized step under
+#: any two summation orders; SGD keeps parameter differences proportional to gradient
+#: differences. Clipped at 1.0: about half the steps of this run clip
+SGD = ["--optimizer", "sgd", "--lr", "0.05", "--max-grad-norm", "1.0"]
+
+
+@pytest.fixture(scope="session")
+def reference_sgd(tmp_path_factory):
+    """`single` on the whole global batch of 4 sequences."""
+    tmp = tmp_path_factory.mktemp("single-sgd")
+    done, result, state = launch("single", tmp, "--micro-batch-size", "4", *SGD, nproc=1)
+    assert done.returncode == 0, done.stderr
+    return result, state
+
+
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
     """Results by (strategy, variant), launched once and shared by the tests below."""

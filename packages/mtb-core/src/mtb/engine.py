@@ -78,8 +78,7 @@ def make_optimizer(params, training) -> torch.optim.Optimizer:
 
 def local_bytes(tensor: torch.Tensor) -> int:
     """Bytes of the part of ``tensor`` stored on this rank (DTensor: its local shard)."""
-    to_local = getattr(tensor, "to_local", None)
-    local = to_local() if callable(to_local) else tensor
+    local = _local(tensor)
     return local.numel() * local.element_size()
 
 
@@ -89,44 +88,92 @@ def cpu_copy(state: dict) -> dict:
 
 
 def total_norm(grads: list) -> torch.Tensor:
-    """The 2-norm of ``grads``; of gradients sharded over one mesh, left unreduced.
+    """The 2-norm of ``grads``; of DTensor gradients, this rank's share, left unreduced.
 
-    torch reduces a DTensor norm across the mesh at once (one all_reduce per
-    step); here each rank keeps its shard's norm as a partial DTensor, so the
-    trainer can carry the reduction in the all_reduce it makes anyway.
+    Each rank takes the squares of the gradient elements it holds, divided by
+    how many ranks hold the same elements (a DTensor replicated along a mesh
+    dimension; a plain tensor beside DTensors, held by every rank), so the
+    sum of squares over the world counts each element once, on any mesh and
+    any mix of meshes. The result is a partial DTensor over the whole world:
+    the trainer carries its reduction in the all_reduce it makes anyway.
     """
     from torch.distributed.tensor import DTensor
 
-    meshes = {g.device_mesh if isinstance(g, DTensor) else None for g in grads}
-    mesh = meshes.pop() if len(meshes) == 1 else None
-    if mesh is None or mesh.ndim != 1:
+    if not any(isinstance(g, DTensor) for g in grads):
         return torch.nn.utils.get_total_norm(grads)
     from torch.distributed.tensor._ops._math_ops import _NormPartial
 
-    local = torch.nn.utils.get_total_norm([g.to_local() for g in grads])
-    return DTensor.from_local(local, mesh, [_NormPartial(2)], run_check=False)
+    world = torch.distributed.get_world_size()
+    by_holders: dict[int, list] = {}
+    for grad in grads:
+        by_holders.setdefault(_holders(grad, world), []).append(_local(grad))
+    squares = sum(
+        torch.nn.utils.get_total_norm(local).square() / holders
+        for holders, local in by_holders.items()
+    )
+    mesh = _world_mesh(grads, world)
+    return DTensor.from_local(squares.sqrt(), mesh, [_NormPartial(2)], run_check=False)
 
 
-def replicated(norm, value: float):
-    """The whole model's norm ``value`` as a replicated DTensor on ``norm``'s mesh.
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
 
-    Clipping DTensor gradients needs a DTensor norm; this one costs no
-    communication. A plain ``norm`` is already whole and is returned as is.
+
+def _holders(grad, world: int) -> int:
+    """Ranks holding each element of ``grad``: the world over its shards.
+
+    Every placement but Replicate splits (Shard, a strided shard); gradients
+    are never Partial once backward has finished.
     """
-    mesh = getattr(norm, "device_mesh", None)
+    placements = getattr(grad, "placements", None)
+    if placements is None:
+        return world
+    shards = 1
+    for size, placement in zip(grad.device_mesh.shape, placements, strict=True):
+        shards *= 1 if placement.is_replicate() else size
+    return world // shards
+
+
+def _world_mesh(grads: list, world: int):
+    """A 1-D mesh over every rank: the gradients' own when they have one (FSDP's), else new."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    for grad in grads:
+        mesh = getattr(grad, "device_mesh", None)
+        if mesh is not None and mesh.ndim == 1 and mesh.size() == world:
+            return mesh
+    return DeviceMesh(grads[0].device.type, list(range(world)))
+
+
+def clip_grads(params: list, max_norm: float, norm: float) -> None:
+    """Scale gradients by max_norm / norm when above it, one group per device mesh.
+
+    DTensor arithmetic takes operands on one mesh only: tensor-parallel,
+    data-parallel and plain gradients each scale by the norm placed on theirs.
+    """
+    groups: dict = {}
+    for param in params:
+        groups.setdefault(getattr(param.grad, "device_mesh", None), []).append(param)
+    for mesh, group in groups.items():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, _whole(mesh, norm))
+
+
+def _whole(mesh, value: float) -> torch.Tensor:
+    """``value`` as a tensor on ``mesh``, replicated on each of its dimensions (None: plain)."""
     if mesh is None:
-        return norm
+        return torch.tensor(value)
     from torch.distributed.tensor import DTensor, Replicate
 
-    local = norm.to_local().new_tensor(value)
-    return DTensor.from_local(local, mesh, [Replicate()], run_check=False)
+    local = torch.tensor(value, device=mesh.device_type)
+    return DTensor.from_local(local, mesh, [Replicate()] * mesh.ndim, run_check=False)
 
 
 def norm_shard(norm) -> tuple[torch.Tensor | None, bool]:
     """This rank's part of a gradient norm, and whether the parts are shards.
 
-    Sharded gradients (FSDP's DTensors over the whole world) give a partial
-    2-norm: each rank holds its shard's norm and the model's is the root of
+    Sharded gradients (DTensors, see :func:`total_norm`) give a partial
+    2-norm over the whole world: each rank holds its share's norm and the model's is the root of
     their sum of squares, which the trainer folds into its one per-step
     all_reduce instead of a reduction of its own. Other DTensor layouts are
     reduced here; a plain tensor is already the whole model's norm.
@@ -215,15 +262,17 @@ class Engine:
         grads = [p.grad for p in _unique(self.model.parameters()) if p.grad is not None]
         return total_norm(grads)
 
-    def optimizer_step(self, max_grad_norm: float | None = None, grad_norm=None) -> StepInfo:
-        """Clip to ``max_grad_norm`` with the ``grad_norm`` from :meth:`grad_norm`, then step.
+    def optimizer_step(
+        self, max_grad_norm: float | None = None, grad_norm: float | None = None
+    ) -> StepInfo:
+        """Clip to ``max_grad_norm`` with the whole model's ``grad_norm`` (reduced), then step.
 
         The trainer records the norm and whether it clipped; an engine that
         computes the norm inside its own step (DeepSpeed) reports both in StepInfo.
         """
         if max_grad_norm is not None and grad_norm is not None:
             params = [p for p in _unique(self.model.parameters()) if p.grad is not None]
-            torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, grad_norm)
+            clip_grads(params, max_grad_norm, grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             scale = self.scaler.get_scale()

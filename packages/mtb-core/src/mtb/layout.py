@@ -105,6 +105,11 @@ class Layout:
         at = self.coordinates(rank)
         return at["dp_replicate"] * self.dp_shard + at["dp_shard"]
 
+    def counts_tokens(self, rank: int) -> bool:
+        """One rank per data-parallel rank (tp 0, pp 0) stands for its batch in token counts."""
+        at = self.coordinates(rank)
+        return at["tp"] == 0 and at["pp"] == 0
+
     def beyond_data_parallel(self) -> list[str]:
         """The dimensions above 1 that a pure data-parallel strategy cannot take."""
         return [dim for dim in MODEL_DIMS if getattr(self, dim) > 1]

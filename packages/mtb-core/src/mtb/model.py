@@ -18,19 +18,23 @@ from mtb.config import ModelConfig
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, width = x.shape
-        q, k, v = self.qkv(x).split(width, dim=2)
-        shape = (batch, seq, self.n_heads, width // self.n_heads)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        """``qkv`` holds each head's q, k and v rows together (Megatron-LM's order).
+
+        So a contiguous split of its rows is a split by heads: a tensor-parallel
+        shard runs its own heads, counted from the shard's output.
+        """
+        batch, seq, _ = x.shape
+        qkv = self.qkv(x).view(batch, seq, -1, 3, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
 class MLP(nn.Module):
@@ -122,6 +126,27 @@ def parameter_count(cfg: ModelConfig) -> int:
     block = attention + mlp + 4 * d
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
     return cfg.vocab_size * d + cfg.seq_len * d + cfg.n_layers * block + 2 * d + head
+
+
+def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
+    """Parameters the fullest rank holds under tensor and pipeline parallelism, before dp sharding.
+
+    Tensor parallelism splits q/k/v, the MLP's up projection (weights and
+    biases) and both output projections' weights; biases after a row split and
+    the norms stay whole, as do embeddings and head. A pipeline stage holds
+    its share of blocks (the first ones one more when they do not divide),
+    the first stage the embeddings, the last the final norm and the head (a
+    tied head is a copy there once the stages differ).
+    """
+    d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
+    split = 3 * d * d + 3 * d + d * d + d * hidden + hidden + hidden * d
+    block = split // tp + 2 * d + 4 * d
+    blocks = -(-cfg.n_layers // pp) * block
+    embeddings = cfg.vocab_size * d + cfg.seq_len * d
+    head = 2 * d + (0 if cfg.tie_embeddings and pp == 1 else cfg.vocab_size * d)
+    if pp == 1:
+        return embeddings + blocks + head
+    return max(embeddings, head) + blocks
 
 
 def matmul_parameter_count(cfg: ModelConfig) -> int:

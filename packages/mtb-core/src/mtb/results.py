@@ -13,6 +13,7 @@ import cattrs
 
 from mtb import config as config_mod
 from mtb.documents import result_document
+from mtb.layout import Layout
 from mtb.metrics import max_across_ranks, mfu, summarize, tokens_per_second
 
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
@@ -115,8 +116,13 @@ def reduce_trial(
     world_size: int,
     flops_per_token: int,
     peak_flops: float | None,
+    layout: Layout | None = None,
 ) -> Trial:
-    """Combine every rank's record of one trial (``ranks`` ordered by rank)."""
+    """Combine every rank's record of one trial (``ranks`` ordered by rank).
+
+    Tokens count once per data-parallel rank: tensor- and pipeline-parallel
+    peers train on the same batch (``layout``; None: every rank its own).
+    """
     measured = [[s for s in record.steps if not s.warmup] for record in ranks]
     per_phase = {
         phase: max_across_ranks([[getattr(s, phase) for s in steps] for steps in measured])
@@ -124,7 +130,10 @@ def reduce_trial(
     }
     losses = [[s.loss for s in steps] for steps in measured]
     mean_loss = [sum(values) / len(values) for values in zip(*losses, strict=True)]
-    tokens_per_step = sum(steps[0].tokens for steps in measured)
+    layout = layout or Layout(dp_shard=world_size)
+    tokens_per_step = sum(
+        steps[0].tokens for rank, steps in enumerate(measured) if layout.counts_tokens(rank)
+    )
     rate = tokens_per_second(tokens_per_step, per_phase["step_ms"])
     steps = [
         {

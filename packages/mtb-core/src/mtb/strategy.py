@@ -62,7 +62,13 @@ class Strategy:
         return {"parameters": 4, "gradients": 4, "optimizer_state": optimizer}
 
     def state_bytes_estimate(self, parameters: int, world_size: int, training) -> dict:
-        """Analytic model-state bytes held by one rank, to set beside the measured ones."""
+        """Analytic model-state bytes held by one rank, to set beside the measured ones.
+
+        ``parameters``: those one rank holds before data-parallel sharding (all
+        of them, or a tensor/pipeline-parallel rank's share); ``world_size``:
+        the ranks the sharded states split over (the layout's dp_shard: HSDP
+        replicas hold the same shards).
+        """
         estimate = {
             state: per_param * parameters // (world_size if state in self.sharded_states else 1)
             for state, per_param in self.state_bytes_per_parameter(training).items()

@@ -19,7 +19,7 @@ from mtb.checkpoint.session import CheckpointSession
 from mtb.clock import PhaseClock
 from mtb.data import SyntheticTokens
 from mtb.distributed import rank_rows
-from mtb.engine import StepHooks, make_optimizer, norm_shard, replicated
+from mtb.engine import StepHooks, make_optimizer, norm_shard
 from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
@@ -173,7 +173,7 @@ class Trainer:
         max_norm = self.training.max_grad_norm
         raw_norm = engine.grad_norm()  # every step, clipping or not: one fused norm
         loss_value, norm = self.agree_finite(step, loss, raw_norm)
-        info = engine.optimizer_step(max_norm, replicated(raw_norm, norm))
+        info = engine.optimizer_step(max_norm, norm)
         if norm is not None:
             info.grad_norm, info.clipped = norm, max_norm is not None and norm > max_norm
         return info, lr, loss_value

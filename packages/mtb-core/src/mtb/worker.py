@@ -17,7 +17,13 @@ from mtb.documents import document_provenance, plugin_list, result_document, wri
 from mtb.errors import RunFailed, one_line
 from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
-from mtb.model import flops_per_token, largest_linear, matmul_parameter_count, parameter_count
+from mtb.model import (
+    flops_per_token,
+    largest_linear,
+    matmul_parameter_count,
+    parameter_count,
+    rank_parameter_count,
+)
 from mtb.profiling import run as profiling
 from mtb.registry import call_with
 from mtb.results import (
@@ -105,8 +111,9 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     peak = sum(peak_values) / len(peak_values) if None not in peak_values else None
     fpt = flops_per_token(cfg.model)
     strategy = pm.registry("strategy").get(cfg.strategy)
+    layout = context.layout
     estimate = strategy.state_bytes_estimate(
-        parameter_count(cfg.model), context.world_size, cfg.training
+        rank_parameter_count(cfg.model, layout.tp, layout.pp), layout.dp_shard, cfg.training
     )
     trials = [
         reduce_trial(
@@ -116,6 +123,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
             context.world_size,
             fpt,
             peak,
+            context.layout,
         )
         for i in range(cfg.training.repeat)
     ]

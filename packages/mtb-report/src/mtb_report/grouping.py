@@ -3,11 +3,14 @@
 Different git revisions, torch versions, device models or images never share
 a table (honesty rule); inside one environment, train results share a table
 only when every config field that changes the work agrees. Inside a table, a
-row is one variant (strategy, its options, the gradient-sync mode) at one
-world size.
+row is one variant (strategy, its options, the gradient-sync mode, the layout's
+model dimensions) at one world size. The parallel layout is not work: runs of
+one global batch under different layouts also meet in a layout table.
 """
 
 import json
+
+from mtb_report.records import global_batch, model_dims
 
 #: environment fields whose difference splits results into separate sections
 ENVIRONMENT_FIELDS = ("git revision", "torch", "device model", "image")
@@ -60,6 +63,7 @@ def differences(keys: list[tuple]) -> list[str]:
 NOT_WORK = frozenset(
     (
         "strategy", "strategy_options", "training.gradient_sync_mode", "preset", "output",
+        "parallel",
         "overwrite", "reports", "reporter_options", "profiler_options",
         "peak_tflops", "evidence", "data.seed", "training.repeat", "training.inject_nan_at_step",
         "training.inject_nan_rank", "launch.nproc_per_node", "launch.nnodes", "launch.node_rank",
@@ -133,6 +137,19 @@ def split(documents: list[dict], key) -> list[list[dict]]:
 
 
 def variant_key(record: dict) -> str:
-    """What tells runs of one table apart, world size aside: strategy, options, sync mode."""
+    """What tells runs of one table apart, world size aside: strategy, options, sync mode,
+    and the layout's dimensions beyond data parallelism (tp2 at any dp scales alike)."""
     fields = ("strategy", "strategy_options", "gradient_sync_requested", "gradient_sync_mode")
-    return json.dumps([record[f] for f in fields], sort_keys=True)
+    dims = model_dims(record.get("layout") or "")
+    return json.dumps([*(record[f] for f in fields), dims], sort_keys=True)
+
+
+#: work fields a layout comparison lets differ: how a global batch is split
+BATCH_SPLIT = ("data.micro_batch_size", "training.grad_accum_steps")
+
+
+def layout_key(document: dict) -> str:
+    """Runs of the same work and global batch, however the layout splits it."""
+    fields = work_fields(document.get("config", {}))
+    work = {k: v for k, v in fields.items() if k not in BATCH_SPLIT}
+    return json.dumps([work, global_batch(document)], sort_keys=True)

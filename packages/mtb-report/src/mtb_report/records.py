@@ -25,6 +25,24 @@ def world_size(document: dict) -> int | None:
     return None
 
 
+def layout_label(document: dict) -> str:
+    """The run's parallel layout, e.g. ``dp2·tp2`` (data parallel over the world before layouts)."""
+    layout = document.get("environment", {}).get("layout") or {}
+    return layout.get("label") or f"dp{world_size(document) or 1}"
+
+
+def model_dims(label: str) -> str:
+    """The layout's dimensions beyond data-parallel sharding (``tp2`` of ``dp2·tp2``)."""
+    return "·".join(part for part in label.split("·") if not part.startswith("dp"))
+
+
+def global_batch(document: dict) -> int | None:
+    """Sequences per optimizer step over all data-parallel ranks."""
+    trials = document.get("trials") or []
+    seq_len = document.get("config", {}).get("model", {}).get("seq_len")
+    return trials[0]["tokens_per_step"] // seq_len if trials and seq_len else None
+
+
 def peak_memory_key(document: dict) -> str:
     """CUDA's allocated peak where the run had one, else the process's peak RSS."""
     cuda = "cuda_max_allocated_bytes"
@@ -58,6 +76,8 @@ def train_record(document: dict) -> dict:
         "gradient_sync_mode": effective,
         "gradient_syncs_per_step": mean(document, "gradient_syncs_per_step"),
         "world_size": world_size(document),
+        "layout": layout_label(document),
+        "global_batch": global_batch(document),
         "precision": config.get("training", {}).get("precision"),
         "status": document.get("status"),
         "error": document.get("error"),

@@ -21,6 +21,7 @@ TRAIN_COLUMNS = (
     "grad sync",
     "syncs/step",
     "world size",
+    "layout",
     "data ms",
     "fwd+bwd ms",
     "optimizer ms",
@@ -117,6 +118,7 @@ def train_row(record: dict, records: list[dict]) -> list[str]:
         cell(sync_text(record)),
         number(record["gradient_syncs_per_step"], 2),
         str(record["world_size"]),
+        record["layout"],
         number(record["data_ms"], 2),
         number(record["forward_backward_ms"], 2),
         number(record["optimizer_ms"], 2),
@@ -156,6 +158,49 @@ def runtime_row(document: dict) -> list[str]:
     ]
 
 
+LAYOUT_COLUMNS = (
+    "layout",
+    "strategy",
+    "world size",
+    "micro-batch x accumulation",
+    "step ms",
+    "tokens/s",
+    "MFU",
+    "model state",
+    "peak memory",
+)
+
+
+def layout_row(document: dict) -> list[str]:
+    record = train_record(document)
+    training = document["config"].get("training", {})
+    split = f"{document['config'].get('data', {}).get('micro_batch_size')} x "
+    return [
+        record["layout"],
+        variant_label(record),
+        str(record["world_size"]),
+        split + str(training.get("grad_accum_steps")),
+        number(record["step_ms"], 2),
+        number(record["tokens_per_s"], 0),
+        mfu(record["mfu"]),
+        size(record["model_state_bytes"]),
+        size(record["peak_memory_bytes"]),
+    ]
+
+
+def layout_tables(documents: list[dict]) -> list[Table]:
+    """Per global batch of equal work trained under two or more layouts: one row per run."""
+    tables = []
+    for group in grouping.split(documents, grouping.layout_key):
+        if len({train_record(d)["layout"] for d in group}) < 2:
+            continue
+        group = sorted(group, key=lambda d: -(train_record(d)["tokens_per_s"] or 0))
+        sequences = train_record(group[0])["global_batch"]
+        title = f"Layouts on a global batch of {sequences} sequences"
+        tables.append(Table(title, LAYOUT_COLUMNS, [layout_row(d) for d in group]))
+    return tables
+
+
 def train_tables(documents: list[dict]) -> list[Table]:
     """Per group of equal work: the metrics table and the runtime state."""
     tables = []
@@ -177,7 +222,7 @@ def train_tables(documents: list[dict]) -> list[Table]:
         ]
         tables.append(Table(title, TRAIN_COLUMNS, rows, legend))
         tables.append(Table("Runtime state", RUNTIME_COLUMNS, [runtime_row(d) for d in group]))
-    return tables
+    return tables + layout_tables(ok)
 
 
 def failures_table(documents: list[dict]) -> Table | None:

@@ -24,8 +24,12 @@ class CountingReduceScatter(DefaultReduceScatter):
         )
 
 
-def shard(model, context, counter: SyncCounter):
-    """fully_shard each block, then the root (embeddings, final norm, tied head)."""
+def shard(model, context, counter: SyncCounter, mesh=None):
+    """fully_shard each block, then the root (embeddings, final norm, tied head).
+
+    ``mesh``: the data-parallel mesh (1-D: FSDP; 2-D replicate x shard: HSDP);
+    None shards over the whole world.
+    """
     options = context.config.strategy_options
     policy = MixedPrecisionPolicy()
     if context.config.training.precision == "bf16":
@@ -33,6 +37,7 @@ def shard(model, context, counter: SyncCounter):
     kwargs = {
         "reshard_after_forward": options.get("fsdp_reshard_after_forward", True),
         "mp_policy": policy,
+        "mesh": mesh,
     }
     for block in model.blocks:
         fully_shard(block, **kwargs)

@@ -9,13 +9,16 @@ from pathlib import Path
 from mtb import config as config_mod
 from mtb.checkpoint import formats, layout
 from mtb.errors import UsageError
+from mtb.layout import MODEL_DIMS, Layout
 
 FORMAT_VERSION = formats.FORMAT_VERSION
 
+#: what a resume may change only where the backend reshards (dcp: one FQN-keyed state for
+#: single, ddp, fsdp and nd alike)
+RESHARDABLE = ("strategy", "strategy_options")
 #: run settings that must equal the checkpoint's for a resume (world size is checked apart)
 MUST_MATCH = (
-    "strategy",
-    "strategy_options",
+    *RESHARDABLE,
     "model",
     "data.seed",
     "data.micro_batch_size",
@@ -42,6 +45,7 @@ def build(step_dir: Path, state: dict, config, world_size: int, backend: str, ve
         "step": state["step"],
         "tokens_seen": state["tokens_seen"],
         "world_size": world_size,
+        "layout": Layout.of(config, world_size).as_dict(),
         "strategy": config.strategy,
         "precision": config.training.precision,
         "backend": backend,
@@ -139,23 +143,29 @@ def _flatten(prefix: str, value) -> dict:
 def differences(document: dict, config, world_size: int, reshard_refusal: str | None):
     """(refusals, allowed changes): lines like ``world_size: checkpoint 2, run 4``.
 
-    A different world size is allowed only when the strategy can reshard
-    (``reshard_refusal`` is None); total steps, cadence and paths may differ.
+    A different world size, layout or strategy is allowed only when the
+    strategy's backend can reshard (``reshard_refusal`` is None), and never
+    moved pipeline stages; total steps, cadence and paths may differ.
     """
     saved = _flatten("", {k: config_mod.select(document["config"], k) for k in MUST_MATCH})
     now = _flatten("", {k: config_mod.select(config_mod.to_dict(config), k) for k in MUST_MATCH})
-    refusals = [
-        f"{key}: checkpoint {saved.get(key)!r}, run {now.get(key)!r}"
+    changed = [
+        (key, f"{key}: checkpoint {saved.get(key)!r}, run {now.get(key)!r}")
         for key in sorted(set(saved) | set(now))
         if saved.get(key) != now.get(key)
     ]
-    allowed = []
+    reshards = reshard_refusal is None
+    refusals = [line for key, line in changed if not (reshards and key.startswith(RESHARDABLE))]
+    allowed = [line for key, line in changed if reshards and key.startswith(RESHARDABLE)]
     if document["world_size"] != world_size:
         line = f"world_size: checkpoint {document['world_size']}, run {world_size}"
-        if reshard_refusal is None:
+        if reshards:
             allowed.append(line)
         else:
             refusals.append(f"{line} ({reshard_refusal})")
+    layout_line, layout_refused = layout_change(document, config, world_size)
+    if layout_line:
+        (refusals if layout_refused else allowed).append(layout_line)
     saved_fields = _flatten("", document.get("fingerprint_fields", {}))
     now_fields = _flatten("", config_mod.fingerprint_fields(config))
     allowed += [
@@ -165,6 +175,28 @@ def differences(document: dict, config, world_size: int, reshard_refusal: str | 
         and not any(key.startswith(m) for m in MUST_MATCH)
     ]
     return refusals, allowed
+
+
+def layout_change(document: dict, config, world_size: int) -> tuple[str | None, bool]:
+    """The line naming both layouts when they differ, and whether it is refused.
+
+    DCP reshards data- and tensor-parallel state by parameter name; pipeline
+    stages own different parameters, so moved stage boundaries are refused.
+    """
+    saved = document.get("layout") or Layout(dp_shard=document["world_size"]).as_dict()
+    now = Layout.of(config, world_size)
+    if all(saved[dim] == getattr(now, dim) for dim in MODEL_DIMS):
+        return None, False  # data parallel over another world: the world_size line says it
+    saved_stages = saved["pp"] * _stages_per_rank(document["config"])
+    stages = now.pp * config.parallel.pp_stages_per_rank
+    line = f"layout: checkpoint {saved['label']}, run {now.label}"
+    if saved_stages != stages:
+        return f"{line} (pipeline stages {saved_stages} vs {stages}: stage boundaries moved)", True
+    return line, False
+
+
+def _stages_per_rank(saved_config: dict) -> int:
+    return saved_config.get("parallel", {}).get("pp_stages_per_rank", 1)
 
 
 def check_compatible(step_dir: Path, document: dict, config, world_size, reshard_refusal) -> list:

@@ -18,6 +18,7 @@ ROWS = (
     ("Step", "步数", lambda d: d["step"]),
     ("Tokens seen", "已训练 token 数", lambda d: f"{d['tokens_seen']:,}"),
     ("World size", "进程总数 (world size)", lambda d: d["world_size"]),
+    ("Layout", "并行布局", lambda d: d.get("layout", {}).get("label", f"dp{d['world_size']}")),
     ("Strategy", "并行策略", lambda d: d["strategy"]),
     ("Precision", "精度", lambda d: d["precision"]),
     ("Checkpoint backend", "检查点后端", lambda d: d["backend"]),

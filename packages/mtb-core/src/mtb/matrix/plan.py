@@ -107,7 +107,8 @@ def _skip(cell: Cell, command_path: str, command, machine: Machine, pm) -> str |
 
 def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Machine) -> Plan:
     """Run or skip, a note on options the command will refuse, and the estimate (run cells)."""
-    from mtb.model import parameter_count
+    from mtb.layout import Layout
+    from mtb.model import rank_parameter_count
 
     command = find_command(cli, command_path)
     skip = _skip(cell, command_path, command, machine, pm)
@@ -125,12 +126,12 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
     try:
         config = resolve_run(command, cell, pm)
         strategy = pm.registry("strategy").items[config.strategy].item
+        layout = Layout.of(config)
     except KeyError:  # not installed: already the skip reason
         return Plan(cell, skip)
     except (click.ClickException, MtbError) as error:
         message = error.format_message() if isinstance(error, click.ClickException) else error
         return Plan(cell, skip, f"{message}; the cell will fail")
-    estimate = strategy.state_bytes_estimate(
-        parameter_count(config.model), config.launch.world_size, config.training
-    )
+    parameters = rank_parameter_count(config.model, layout.tp, layout.pp)
+    estimate = strategy.state_bytes_estimate(parameters, layout.dp_shard, config.training)
     return Plan(cell, skip, config=config, estimate=estimate)

@@ -1,0 +1,87 @@
+"""The ``nd`` engine (imports torch; loaded only when an nd run starts)."""
+
+import contextlib
+
+from torch.distributed.fsdp import FSDPModule
+
+from mtb_strategies import mesh as meshes
+from mtb_strategies.fsdp_engine import FSDPEngine, shard
+from mtb_strategies.sync_modes import SyncCounter
+from mtb_strategies.tensor_parallel import parallelize, reduce_partial_grads
+from mtb_strategies.tp_collectives import CollectiveCounter
+
+
+class NDEngine(FSDPEngine):
+    """Tensor parallel on the tp mesh, then FSDP2 (or HSDP) on the data-parallel mesh.
+
+    The tensor-parallel collectives of each trial's first step are counted as
+    torch dispatches them (a dispatch mode costs time on every op, so only
+    there) and reported per step in the result's strategy details.
+    """
+
+    def __init__(self, model, optimizer, context, sync_mode, counter, tp_group=None):
+        super().__init__(model, optimizer, context, sync_mode, counter)
+        self.tp_counter = None if tp_group is None else CollectiveCounter(tp_group.group_name)
+        self.tp_counts: dict | None = None
+
+    @classmethod
+    def build(cls, model, make_optimizer, context, sync_mode: str):
+        layout = context.layout
+        mesh = meshes.build_mesh(context)
+        tp = meshes.tp_mesh(mesh, layout)
+        if tp is not None:
+            parallelize(model, tp, context.config.parallel.sequence_parallel)
+        dp = meshes.dp_mesh(mesh, layout)
+        counter = SyncCounter()
+        if dp is not None:
+            shard(model, context, counter, dp)
+        optimizer = make_optimizer(model.parameters())
+        group = None if tp is None else tp.get_group()
+        return cls(model, optimizer, context, sync_mode, counter, group)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether FSDP2 wraps the model (a data-parallel dimension above 1)."""
+        return isinstance(self.model, FSDPModule)
+
+    def autocast(self):
+        """FSDP's MixedPrecisionPolicy when sharded, autocast otherwise."""
+        if self.sharded:
+            return contextlib.nullcontext()
+        return super(FSDPEngine, self).autocast()
+
+    def sync_context(self, is_last_micro_batch: bool):
+        if self.sharded:
+            return super().sync_context(is_last_micro_batch)
+        return contextlib.nullcontext()
+
+    def counting(self):
+        """The tp collective counter until the first step has been counted."""
+        if self.tp_counter is None or self.tp_counts is not None:
+            return contextlib.nullcontext()
+        return self.tp_counter
+
+    def forward(self, batch):
+        with self.counting():
+            return super().forward(batch)
+
+    def backward(self, loss) -> None:
+        with self.counting():
+            super().backward(loss)
+
+    def grad_norm(self):
+        with self.counting():
+            reduce_partial_grads(self.model)
+        return super().grad_norm()
+
+    def optimizer_step(self, max_grad_norm=None, grad_norm=None):
+        info = super().optimizer_step(max_grad_norm, grad_norm)
+        if self.tp_counter is not None and self.tp_counts is None:
+            self.tp_counts = dict(sorted(self.tp_counter.counts.items()))
+        return info
+
+    def details(self) -> dict:
+        details = super().details()
+        if self.tp_counts is not None:
+            details["tp_collectives_per_step"] = self.tp_counts
+        return details

@@ -1,0 +1,94 @@
+"""Tensor and sequence parallelism of GPT blocks with ``parallelize_module``.
+
+Megatron-LM's split: q/k/v (the model keeps each head's rows together, so a
+column split is a split by heads) and the MLP's up projection column-parallel, the
+attention output and MLP down projection row-parallel, so each block costs one
+all-reduce in forward and one in backward per sub-layer. With sequence
+parallelism the norms and dropout run on sequence shards, and those
+all-reduces become an all-gather and a reduce-scatter (as torchtitan does).
+
+Embeddings, the final norm and the (tied) head stay replicated on the tp
+ranks: each computes the same logits and loss from the same batch, so the
+loss and their gradients are the single-process ones without a collective.
+"""
+
+from torch import nn
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+#: the submodules of a block that tensor parallelism shards
+BLOCK_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")
+
+
+def block_plan(sequence_parallel: bool) -> dict:
+    """The parallelize_module plan of one block."""
+    if not sequence_parallel:
+        return {
+            "attn.qkv": ColwiseParallel(),
+            "attn.proj": RowwiseParallel(),
+            "mlp.fc": ColwiseParallel(),
+            "mlp.proj": RowwiseParallel(),
+        }
+    gather = PrepareModuleInput(
+        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+    )
+    return {
+        "ln1": SequenceParallel(),
+        "attn": gather,
+        "attn.qkv": ColwiseParallel(),
+        "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
+        "ln2": SequenceParallel(),
+        "mlp": gather,
+        "mlp.fc": ColwiseParallel(),
+        "mlp.proj": RowwiseParallel(output_layouts=Shard(1)),
+    }
+
+
+def is_block(module: nn.Module) -> bool:
+    """A GPT block: the linears of the plan are all there."""
+    names = {name for name, _ in module.named_modules()}
+    return all(linear in names for linear in BLOCK_LINEARS)
+
+
+def parallelize(module: nn.Module, tp_mesh, sequence_parallel: bool) -> nn.Module:
+    """Tensor-parallelize every GPT block in ``module`` (a whole model or a pipeline stage).
+
+    Under sequence parallelism the run of blocks takes and returns replicated
+    activations: the first block keeps its sequence shard of the input (no
+    communication), the last all-gathers its output, so whatever surrounds
+    the blocks is unchanged.
+    """
+    blocks = [m for m in module.modules() if is_block(m)]
+    for block in blocks:
+        parallelize_module(block, tp_mesh, block_plan(sequence_parallel))
+    if sequence_parallel and blocks:
+        split = PrepareModuleInput(
+            input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True
+        )
+        parallelize_module(blocks[0], tp_mesh, split)
+        gather = PrepareModuleOutput(
+            output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),)
+        )
+        parallelize_module(blocks[-1], tp_mesh, gather)
+    return module
+
+
+def reduce_partial_grads(module: nn.Module) -> None:
+    """Sum the gradients torch leaves partial on the tp ranks into replicas.
+
+    The sequence-parallel norms' weights are replicated but each rank's
+    gradient covers only its sequence shard (a Partial DTensor): summed here,
+    once per step, before the gradient norm and the optimizer read them.
+    """
+    for param in module.parameters():
+        placements = getattr(param.grad, "placements", ())
+        if any(p.is_partial() for p in placements):
+            whole = [Replicate() if p.is_partial() else p for p in placements]
+            param.grad = param.grad.redistribute(placements=whole)
