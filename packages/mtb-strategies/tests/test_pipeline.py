@@ -1,18 +1,17 @@
-"""Pipeline parallel on 2 ranks over gloo, held to the single-process reference.
+"""Pipeline parallel (strategy nd, pp 2) on 2 ranks over gloo, held to `single`.
 
 Four blocks (so interleaving can put two stages on each rank), 4 sequences a
-step: the reference takes them in one batch, each pipeline in its schedule's
-micro-batches. One launch per layout serves every assertion about it.
+step, clipping on: the reference takes them in one batch, each pipeline in
+its schedule's micro-batches. One launch per layout serves every assertion
+about it.
 """
 
 import pytest
-from conftest import assert_same_training, launch
+from conftest import PIPELINE_MODEL, assert_same_training, launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-PP = "test-pp"
-PLUGINS = {"MTB_PLUGIN_MODULES": "mtb_test_dump,mtb_test_pipeline"}
-MODEL = ["--n-layers", "4", "--micro-batch-size", "4"]
+MODEL = [*PIPELINE_MODEL, "--micro-batch-size", "4"]
 LAYOUTS = {
     "gpipe": ["--pp-schedule", "gpipe"],
     "1f1b": ["--pp-schedule", "1f1b", "--pp-microbatches", "4"],
@@ -23,15 +22,7 @@ THEORETICAL = {"gpipe": 1 / 3, "1f1b": 1 / 5, "interleaved": 1 / 9}
 
 
 def run_pp(tmp, *args, name="run"):
-    return launch(PP, tmp, "--pp", 2, *MODEL, *args, env=PLUGINS, name=name)
-
-
-@pytest.fixture(scope="module")
-def reference4(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("single4")
-    done, result, state = launch("single", tmp, *MODEL, nproc=1)
-    assert done.returncode == 0, done.stderr
-    return result, state
+    return launch("nd", tmp, "--pp", 2, *MODEL, *args, name=name)
 
 
 @pytest.fixture(scope="module", params=sorted(LAYOUTS))
@@ -42,11 +33,13 @@ def pipelined(request, tmp_path_factory):
     return request.param, result, state
 
 
-def test_every_schedule_trains_exactly_like_single(pipelined, reference4):
+def test_every_schedule_trains_exactly_like_single(pipelined, reference_pipeline):
     _, result, state = pipelined
-    assert_same_training(result, state, reference4)
+    assert result["environment"]["layout"]["label"] == "pp2"
+    assert [s["clipped"] for s in result["trials"][0]["steps"]] == [True] * 5
+    assert_same_training(result, state, reference_pipeline)
     norms = [s["grad_norm"] for s in result["trials"][0]["steps"]]
-    ref_norms = [s["grad_norm"] for s in reference4[0]["trials"][0]["steps"]]
+    ref_norms = [s["grad_norm"] for s in reference_pipeline[0]["trials"][0]["steps"]]
     assert norms == pytest.approx(ref_norms, rel=1e-5)
 
 
@@ -87,9 +80,6 @@ def test_resume_is_exact_and_moved_stage_boundaries_are_refused(tmp_path):
     moved = ["--pp-schedule", "interleaved-1f1b", "--pp-stages-per-rank", 2, "--steps", 6]
     done, _, _ = run_pp(tmp_path, *moved, "--resume", tmp_path / "a" / "step_00000004", name="x")
     assert done.returncode == 2
-    line = (
-        "parallel (pipeline stages): checkpoint pp 2 x 1 stage(s) per rank, blocks 0-1|2-3, "
-        "run pp 2 x 2 stage(s) per rank, blocks 0-0|1-1|2-2|3-3 "
-        "(stage boundaries cannot be resharded)"
-    )
+    line = "layout: checkpoint pp2, run pp2 (pipeline stages 2 vs 4: stage boundaries moved)"
     assert line in done.stderr
+    assert len([x for x in done.stderr.splitlines() if "stage boundaries" in x]) == 1

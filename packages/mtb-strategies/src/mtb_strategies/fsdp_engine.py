@@ -39,7 +39,7 @@ def shard(model, context, counter: SyncCounter, mesh=None):
         "mp_policy": policy,
         "mesh": mesh,
     }
-    for block in model.blocks:
+    for block in model.blocks.children():  # a GPT's list, or a pipeline stage's dict
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     for module in model.modules():

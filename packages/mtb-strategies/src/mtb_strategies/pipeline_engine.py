@@ -54,11 +54,20 @@ def stage_indices(layout, rank: int, per_rank: int) -> list[int]:
     return [first + k * layout.pp for k in range(per_rank)]
 
 
-def stage_norm(grads: list) -> torch.Tensor:
-    """The 2-norm of one stage's gradients, whole across any mesh they are sharded on."""
-    norm = torch.nn.utils.get_total_norm(grads)
-    full = getattr(norm, "full_tensor", None)
-    return full() if callable(full) else norm
+def stage_squared_norm(grads: list) -> torch.Tensor:
+    """The squared 2-norm of one stage's gradients, whole across the meshes they live on.
+
+    DTensor norms reduce on their own mesh (one group per mesh: tensor- and
+    data-parallel meshes may mix); plain gradients are whole on every rank.
+    """
+    groups: dict = {}
+    for grad in grads:
+        groups.setdefault(getattr(grad, "device_mesh", None), []).append(grad)
+    squares = []
+    for mesh, group in groups.items():
+        norm = torch.nn.utils.get_total_norm(group)
+        squares.append((norm if mesh is None else norm.full_tensor()).float().square())
+    return torch.stack(squares).sum()
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
@@ -120,7 +129,11 @@ class PipelineEngine(Engine):
         pipeline.clock.mark("idle")
         self.timings.append(pipeline.clock.phases_ms())
         self.sum_tied_gradients()
+        self.prepare_gradients()
         return self.agree(losses)
+
+    def prepare_gradients(self) -> None:
+        """Make the gradients whole before their norm is taken (tp's partial ones)."""
 
     def tied_parameter(self):
         """This rank's copy of the tied embedding: the first stage's, or the last's head."""
@@ -139,7 +152,7 @@ class PipelineEngine(Engine):
         loss = torch.stack(losses).mean().detach().float() if losses else zero
         counted = self.tied_parameter() if self.last else None  # the tied weight counts once
         grads = [p.grad for p in self.model.parameters() if p.grad is not None and p is not counted]
-        squared = stage_norm(grads).float().square() if grads else zero
+        squared = stage_squared_norm(grads) if grads else zero
         both = torch.stack([loss, squared])
         dist.all_reduce(both, group=self.pipeline.group)
         self.norm = both[1].sqrt()
