@@ -6,6 +6,10 @@ its schedule's micro-batches. One launch per layout serves every assertion
 about it.
 """
 
+import json
+import subprocess
+import sys
+
 import pytest
 from conftest import PIPELINE_MODEL, assert_same_training, launch
 
@@ -83,3 +87,19 @@ def test_resume_is_exact_and_moved_stage_boundaries_are_refused(tmp_path):
     line = "layout: checkpoint pp2, run pp2 (pipeline stages 2 vs 4: stage boundaries moved)"
     assert line in done.stderr
     assert len([x for x in done.stderr.splitlines() if "stage boundaries" in x]) == 1
+
+
+@pytest.mark.timeout(600)
+def test_profile_of_a_pipeline_records_one_forward_backward_range_per_step(tmp_path):
+    out = tmp_path / "p.json"
+    args = ["profile", "--strategy", "nd", "--pp", 2, *MODEL, "--preset", "tiny", "--steps", 4]
+    args += ["--warmup-steps", 1, "--profile-active", 2, "--nproc-per-node", 2, "--output", out]
+    done = subprocess.run(
+        [sys.executable, "-m", "mtb", *map(str, args)], capture_output=True, text=True, timeout=500
+    )
+    assert done.returncode == 0, done.stderr
+    profile = json.loads(out.read_text())["profile"]
+    assert profile["traces"] == ["rank_00000.trace.json.gz", "rank_00001.trace.json.gz"]
+    for rank in profile["per_rank"]:
+        assert rank["breakdown_ms"]["forward_backward"] > 0
+        assert "forward" not in rank["breakdown_ms"]
