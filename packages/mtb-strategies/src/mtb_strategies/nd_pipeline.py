@@ -12,6 +12,9 @@ from mtb_strategies.tensor_parallel import parallelize, reduce_partial_grads
 class NDPipelineEngine(PipelineEngine):
     """Pipeline stages on the ``pp`` mesh dimension, tp and FSDP2 inside each stage."""
 
+    #: whether FSDP2 shards the stages (a data-parallel dimension above 1)
+    sharded = False
+
     @classmethod
     def build_nd(cls, model, make_optimizer, context):
         layout, parallel = context.layout, context.config.parallel
