@@ -158,7 +158,7 @@ def plugin_example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks with every package installed: bench.json, strategies, checkpoint, comm,
+    """Benchmarks with every package installed: bench.json, strategies, layouts, checkpoint, comm,
     profiling, memory pressure.
 
     Arguments after ``--`` go to bench.py (harness overhead of single, and of ddp and
@@ -170,6 +170,7 @@ def bench(session: nox.Session) -> None:
     (ROOT / "results").mkdir(exist_ok=True)
     session.run("python", "benchmarks/bench.py", "--output", "results/bench.json", *session.posargs)
     session.run("python", "benchmarks/strategies.py", "--output", "results/strategies.json")
+    session.run("python", "benchmarks/layouts.py", "--output", "results/layouts.json")
     session.run("python", "benchmarks/checkpoint.py", "--output", "results/checkpoint.json")
     session.run("python", "benchmarks/comm.py", "--output", "results/comm-bench.json")
     session.run("python", "benchmarks/profiling.py", "--output", "results/profiling.json")

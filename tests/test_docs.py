@@ -122,7 +122,7 @@ def test_the_documented_estimate_bytes_are_the_strategies_own():
             states = {s.replace("_", " ") for s in strategy.sharded_states} or {"none"}
             assert states == set(sharded.split(", ")), name
             documented.add(name)
-    assert documented == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3"}
+    assert documented == {"single", "ddp", "fsdp", "nd", "zero1", "zero2", "zero3"}
 
 
 #: the guide's only block that is not a program: the trainer's loop, shown as pseudo-code

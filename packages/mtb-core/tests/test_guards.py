@@ -74,8 +74,9 @@ def test_estimate_covers_tensor_and_pipeline_parallel_layouts(invoke, pm):
     pm.register(ShardedPlugin(), name="sharded")
     rows = estimate(invoke, "--preset", "tiny", "--world-size", "4", "--tp", "2")
     # a tiny block has 12,512 parameters in its split linears and 192 it keeps whole;
-    # embeddings 256 x 32 + 32 x 32, the final norm 64 (the tied head adds none)
-    per_rank = 2 * (12_512 // 2 + 192) + 9_216 + 64
+    # token embedding 256 x 32 split by rows, position embedding 32 x 32 and final norm 64
+    # whole (the tied head adds none)
+    per_rank = 2 * (12_512 // 2 + 192) + 256 * 32 // 2 + 32 * 32 + 64
     parallel = rows["test-model-parallel"]
     assert parallel["layout"] == "dp2·tp2"
     assert parallel["parameters"] == 4 * per_rank // 2  # sharded over dp_shard 2

@@ -235,7 +235,8 @@ def test_the_matrix_ends_with_a_report_when_a_markdown_reporter_is_installed(inv
 def test_presets_ship_as_package_data_and_load(invoke):
     result = invoke("matrix", "presets")
     names = [line.split(":")[0] for line in result.output.splitlines()]
-    expected = ["gradient-sync", "memory-pressure", "moe-comm", "profile", "scaling"]
+    expected = ["gradient-sync", "memory-pressure", "moe-comm", "parallelism", "parallelism-8gpu"]
+    expected += ["profile", "scaling"]
     assert names == sorted([*expected, "stability", "zero"])
     result = invoke("matrix", "show", "--preset", "moe-comm")
     assert "skip: mtb comm is not installed" in " ".join(result.output.split())

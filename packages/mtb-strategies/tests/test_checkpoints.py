@@ -10,11 +10,17 @@ RESUME = [
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero2", "zero3"])
-def test_killed_and_resumed_run_ends_bitwise_equal_to_the_continuous_one(strategy, tmp_path):
-    done, reference, _ = launch(strategy, tmp_path, *RESUME, "--checkpoint-dir", tmp_path / "a")
+@pytest.mark.parametrize(
+    ("strategy", "layout"),
+    [("ddp", []), ("fsdp", []), ("zero2", []), ("zero3", []), ("nd", ["--tp", "2"])],
+)
+def test_killed_and_resumed_run_ends_bitwise_equal_to_the_continuous_one(
+    strategy, layout, tmp_path
+):
+    args = [*RESUME, *layout]
+    done, reference, _ = launch(strategy, tmp_path, *args, "--checkpoint-dir", tmp_path / "a")
     assert done.returncode == 0, done.stderr
-    split = [*RESUME, "--checkpoint-dir", tmp_path / "b"]
+    split = [*args, "--checkpoint-dir", tmp_path / "b"]
     done, _, _ = launch(strategy, tmp_path, *split, "--inject-kill-at-step", 4, name="killed")
     assert done.returncode != 0
     assert "rank 1 failed: Signal 9 (SIGKILL)" in done.stderr

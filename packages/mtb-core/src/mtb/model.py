@@ -132,8 +132,9 @@ def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
     """Parameters the fullest rank holds under tensor and pipeline parallelism, before dp sharding.
 
     Tensor parallelism splits q/k/v, the MLP's up projection (weights and
-    biases) and both output projections' weights; biases after a row split and
-    the norms stay whole, as do embeddings and head. A pipeline stage holds
+    biases), both output projections' weights and the token embedding and
+    head by vocabulary rows; biases after a row split, the norms and the
+    position embedding stay whole. A pipeline stage holds
     its share of blocks (the first ones one more when they do not divide),
     the first stage the embeddings, the last the final norm and the head (a
     tied head is a copy there once the stages differ).
@@ -142,8 +143,9 @@ def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
     split = 3 * d * d + 3 * d + d * d + d * hidden + hidden + hidden * d
     block = split // tp + 2 * d + 4 * d
     blocks = -(-cfg.n_layers // pp) * block
-    embeddings = cfg.vocab_size * d + cfg.seq_len * d
-    head = 2 * d + (0 if cfg.tie_embeddings and pp == 1 else cfg.vocab_size * d)
+    vocabulary = cfg.vocab_size * d // tp
+    embeddings = vocabulary + cfg.seq_len * d
+    head = 2 * d + (0 if cfg.tie_embeddings and pp == 1 else vocabulary)
     if pp == 1:
         return embeddings + blocks + head
     return max(embeddings, head) + blocks

@@ -7,9 +7,9 @@ all-reduce in forward and one in backward per sub-layer. With sequence
 parallelism the norms and dropout run on sequence shards, and those
 all-reduces become an all-gather and a reduce-scatter (as torchtitan does).
 
-Embeddings, the final norm and the (tied) head stay replicated on the tp
-ranks: each computes the same logits and loss from the same batch, so the
-loss and their gradients are the single-process ones without a collective.
+The token embedding and the (tied) head are split by vocabulary rows, the
+logits gathered whole; the position embedding, the final norm and the loss
+stay replicated on the tp ranks, which compute them alike from the same batch.
 """
 
 from torch import nn
@@ -57,6 +57,24 @@ def is_block(module: nn.Module) -> bool:
     return all(linear in names for linear in BLOCK_LINEARS)
 
 
+def parallelize_vocabulary(module: nn.Module, tp_mesh) -> None:
+    """Split the token embedding and the head by vocabulary rows (tied: one weight).
+
+    The embedding is row-parallel (each rank looks up its rows, the partial
+    sums are all-reduced); the head is column-parallel with its logits
+    gathered, so the loss sees whole logits. A tied head is tied again to the
+    embedding's sharded weight.
+    """
+    embedding, head = getattr(module, "tok_emb", None), getattr(module, "head", None)
+    tied = embedding is not None and head is not None and head.weight is embedding.weight
+    if embedding is not None:
+        parallelize_module(embedding, tp_mesh, RowwiseParallel(input_layouts=Replicate()))
+    if head is not None:
+        parallelize_module(head, tp_mesh, ColwiseParallel(output_layouts=Replicate()))
+    if tied:
+        head.weight = embedding.weight
+
+
 def parallelize(module: nn.Module, tp_mesh, sequence_parallel: bool) -> nn.Module:
     """Tensor-parallelize every GPT block in ``module`` (a whole model or a pipeline stage).
 
@@ -65,6 +83,7 @@ def parallelize(module: nn.Module, tp_mesh, sequence_parallel: bool) -> nn.Modul
     communication), the last all-gathers its output, so whatever surrounds
     the blocks is unchanged.
     """
+    parallelize_vocabulary(module, tp_mesh)
     blocks = [m for m in module.modules() if is_block(m)]
     for block in blocks:
         parallelize_module(block, tp_mesh, block_plan(sequence_parallel))

@@ -216,8 +216,9 @@ class Checkpointer:
         saved = state.load_train_state(choice.path)
         train_state, rebuilt = state.with_scheduler(saved, self.config.training)
         lacks = document["lacks"] + (["scheduler state (rebuilt from the config)"] * rebuilt)
-        same_world = document["world_size"] == world
-        if same_world and self.context.rank in document["contents"]["rng_ranks"]:
+        layout = meta.saved_layout(document)["label"]
+        same_layout = document["world_size"] == world and layout == self.context.layout.label
+        if same_layout and self.context.rank in document["contents"]["rng_ranks"]:
             state.restore_rng(state.load_rng(choice.path, self.context.rank))
         scaler = train_state.get("grad_scaler")
         if scaler and getattr(engine, "scaler", None) is not None:
@@ -228,7 +229,7 @@ class Checkpointer:
             tokens_seen=train_state["tokens_seen"],
             last_lr=train_state["scheduler"]["last_lr"],
             reason=choice.reason,
-            exact=same_world and not lacks,
+            exact=same_layout and not lacks,
             from_world_size=document["world_size"],
             allowed_changes=allowed,
             load_s=time.perf_counter() - started,

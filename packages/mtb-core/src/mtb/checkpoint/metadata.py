@@ -183,7 +183,7 @@ def layout_change(document: dict, config, world_size: int) -> tuple[str | None, 
     DCP reshards data- and tensor-parallel state by parameter name; pipeline
     stages own different parameters, so moved stage boundaries are refused.
     """
-    saved = document.get("layout") or Layout(dp_shard=document["world_size"]).as_dict()
+    saved = saved_layout(document)
     now = Layout.of(config, world_size)
     saved_stages = saved["pp"] * _stages_per_rank(document["config"])
     stages = now.pp * config.parallel.pp_stages_per_rank
@@ -194,6 +194,11 @@ def layout_change(document: dict, config, world_size: int) -> tuple[str | None, 
     if saved_stages != stages:
         return f"{line} (pipeline stages {saved_stages} vs {stages}: stage boundaries moved)", True
     return line, False
+
+
+def saved_layout(document: dict) -> dict:
+    """The layout a checkpoint was saved under (data parallel over its world before layouts)."""
+    return document.get("layout") or Layout(dp_shard=document["world_size"]).as_dict()
 
 
 def _stages_per_rank(saved_config: dict) -> int:
