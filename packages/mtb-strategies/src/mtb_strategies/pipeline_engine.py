@@ -37,8 +37,13 @@ class Pipeline:
     tied: object = None
 
 
-def tied_group(layout, rank: int):
-    """The group of the first and last stage's ranks beside this rank (every rank calls it)."""
+def tied_group(layout, rank: int, pipeline_group):
+    """The group of the first and last stage's ranks beside this rank (every rank calls it).
+
+    With 2 pipeline ranks it is the pipeline's own group (made with the mesh).
+    """
+    if layout.pp == 2:
+        return pipeline_group
     inner = layout.world_size // layout.pp
     mine = None
     for index in range(inner):
@@ -96,7 +101,7 @@ class PipelineEngine(Engine):
         per_rank = config.parallel.pp_stages_per_rank
         stages = layout.pp * per_rank
         indices = stage_indices(layout, context.rank, per_rank)
-        tied = tied_group(layout, context.rank) if config.model.tie_embeddings else None
+        tied = tied_group(layout, context.rank, group) if config.model.tie_embeddings else None
         parts = split(model, indices, stages)
         for part in parts if parallelize else ():
             parallelize(part)
@@ -142,9 +147,23 @@ class PipelineEngine(Engine):
         return self.model.tok_emb.weight if self.first else self.model.head.weight
 
     def sum_tied_gradients(self) -> None:
+        """Sum the tied weight's gradient over its two stages, whole.
+
+        The two copies may be split differently (tensor parallelism shards the
+        head by vocabulary rows and leaves the embedding's gradient whole), so
+        the sum is taken on the whole gradient and each copy keeps its own part.
+        """
         tied = self.tied_parameter()
-        if tied is not None and tied.grad is not None:
-            dist.all_reduce(local(tied.grad), group=self.pipeline.tied)
+        if tied is None or tied.grad is None:
+            return
+        grad = tied.grad
+        full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        dist.all_reduce(full, group=self.pipeline.tied)
+        if full is not grad:
+            from torch.distributed.tensor import distribute_tensor
+
+            mine = distribute_tensor(full, grad.device_mesh, grad.placements)
+            local(grad).copy_(mine.to_local())
 
     def agree(self, losses: list) -> torch.Tensor:
         """The last stage's mean loss and the model's gradient norm, on every stage."""
