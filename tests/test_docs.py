@@ -126,7 +126,8 @@ def test_the_documented_estimate_bytes_are_the_strategies_own():
 
 
 #: the guide's only block that is not a program: the trainer's loop, shown as pseudo-code
-TRAINER_LOOP = "for micro in range(accum):"
+#: the guide's sketches of the trainer's step and Engine.forward_backward's loop (not runnable)
+TRAINER_LOOP = ("batches = [data.batch(step, micro)", "for micro, batch in enumerate(batches):")
 REGISTERED_TYPES = {
     "mtb_register_strategies": "Strategy",
     "mtb_register_checkpoint_backends": "CheckpointBackend",

@@ -164,6 +164,21 @@ def test_layouts_and_strategies_change_where_dcp_reshards_but_pipeline_stages_do
     ]
 
 
+def test_more_stages_per_pipeline_rank_are_refused_at_the_same_pp(tmp_path):
+    def pipelined(**parallel):
+        flags = {"preset": "tiny", "strategy": "nd", "launch": {"nproc_per_node": 2}}
+        model = {"model": {"n_layers": 4}, "data": {"micro_batch_size": 4}}
+        return config_mod.resolve(flags={**flags, **model, "parallel": {"pp": 2, **parallel}})
+
+    saved = pipelined()
+    document = meta.read(make_checkpoint(tmp_path, 2, saved, world_size=2))
+    looped = pipelined(pp_schedule="interleaved-1f1b", pp_stages_per_rank=2)
+    refusals, _ = meta.differences(document, looped, 2, None)
+    assert refusals == [
+        "layout: checkpoint pp2, run pp2 (pipeline stages 2 vs 4: stage boundaries moved)"
+    ]
+
+
 def damaged_layout(root):
     """READY 2 and 4, latest lagging at 2, a READY 6 with a cut shard, an unfinished 8."""
     for step in (2, 4, 6):

@@ -84,6 +84,38 @@ def test_impossible_layouts_name_the_field_and_values(world, parallel, field, wo
     assert error.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("flags", "field", "words"),
+    [
+        (
+            {"data": {"micro_batch_size": 5}, "parallel": {"pp_microbatches": 5}},
+            "parallel.pp_microbatches",
+            "5 with interleaved-1f1b on pp 2 must be a multiple of its 2 rounds",
+        ),
+        (
+            {"training": {"precision": "fp16"}, "data": {"micro_batch_size": 4}},
+            "training.precision",
+            "fp16 is not supported",
+        ),
+    ],
+)
+def test_what_torch_schedules_cannot_run_is_refused_in_one_line(flags, field, words):
+    interleaved = {"pp": 2, "pp_schedule": "interleaved-1f1b", "pp_stages_per_rank": 2}
+    cfg = resolve(
+        flags={
+            "preset": "tiny",
+            "launch": {"nproc_per_node": 2},
+            "model": {"n_layers": 4},
+            **flags,
+            "parallel": {**interleaved, **flags.get("parallel", {})},
+        }
+    )
+    with pytest.raises(ConfigError, match=words) as error:
+        Layout.of(cfg)
+    assert error.value.field == field
+    assert "\n" not in str(error.value)
+
+
 def test_dp_shard_zero_is_refused_when_read():
     with pytest.raises(ConfigError, match=r"parallel\.dp_shard: must be >= 1, or -1"):
         config(2, dp_shard=0)

@@ -220,3 +220,61 @@ def test_float_strategy_options_refuse_nan_and_infinity():
     for value in (math.nan, math.inf):
         with pytest.raises(ConfigError, match=r"^strategy_options.ratio: must be a finite number"):
             option.coerce(value)
+
+
+class WholeStep(Strategy):
+    """An engine that owns the step's micro-batch loop: one forward over all of them."""
+
+    name = "whole-step"
+    max_world_size = 1
+
+    def setup(self, model, make_optimizer, context):
+        import torch
+
+        from mtb.engine import Engine
+
+        class WholeStepEngine(Engine):
+            def forward_backward(self, batches, hooks):
+                inputs = torch.cat([b.inputs for b in batches])
+                targets = torch.cat([b.targets for b in batches])
+                with hooks.range("mtb.forward_backward"):
+                    loss = hooks.on_loss(self.model(inputs, targets), 0)
+                    loss.backward()
+                return loss.detach()
+
+            def forward(self, batch):
+                raise AssertionError("the trainer must not drive micro-batches itself")
+
+        return WholeStepEngine(model, make_optimizer(model.parameters()), context)
+
+
+class WholeStepPlugin:
+    @hookimpl
+    def mtb_register_strategies(self, register):
+        register(WholeStep())
+
+
+@pytest.fixture
+def whole_step(pm):
+    pm.register(WholeStepPlugin(), name="whole-step")
+    yield pm
+    pm.unregister(name="whole-step")
+
+
+@pytest.mark.slow
+def test_an_engine_that_owns_the_step_loop_trains_like_the_trainers_loop(
+    whole_step, invoke, tmp_path
+):
+    accumulated = ["--micro-batch-size", "1", "--grad-accum-steps", "2"]
+    args = ["run", *TINY, "--warmup-steps", "0", "--lr", "1e-2"]
+    assert invoke(*args, *accumulated, "--output", tmp_path / "loop.json").exit_code == 0
+    whole = invoke(*args, *accumulated, "--strategy", "whole-step", "--output", tmp_path / "w.json")
+    assert whole.exit_code == 0, whole.output
+    losses = [
+        [s["loss"] for s in read_json(tmp_path / f"{n}.json")["trials"][0]["steps"]]
+        for n in ("loop", "w")
+    ]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    poisoned = invoke(*args, "--strategy", "whole-step", "--inject-nan-at-step", "1")
+    assert poisoned.exit_code == 1
+    assert "non-finite loss on rank(s) 0 at step 1" in poisoned.output

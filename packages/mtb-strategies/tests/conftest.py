@@ -110,6 +110,19 @@ def reference_sgd(tmp_path_factory):
     return result, state
 
 
+#: four blocks (two pipeline stages per rank fit), clipping that acts on every step
+PIPELINE_MODEL = ["--n-layers", "4", "--max-grad-norm", "0.5"]
+
+
+@pytest.fixture(scope="session")
+def reference_pipeline(tmp_path_factory):
+    """`single` with PIPELINE_MODEL on the whole global batch of 4 sequences."""
+    tmp = tmp_path_factory.mktemp("single-4-blocks")
+    done, result, state = launch("single", tmp, *PIPELINE_MODEL, "--micro-batch-size", 4, nproc=1)
+    assert done.returncode == 0, done.stderr
+    return result, state
+
+
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
     """Results by (strategy, variant), launched once and shared by the tests below."""

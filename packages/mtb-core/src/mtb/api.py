@@ -7,7 +7,7 @@ packages to this module). Importing it stays cheap: names that need torch
 
 Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Layout (the
 parallel layout a strategy checks and builds its mesh from), Engine
-(with StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
+(with StepHooks, StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
 ProfileSession), Reporter, hookimpl; the MoE router and layer (:mod:`mtb.moe`).
 Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from mtb.checkpoint.lifecycle import SaveRecord
     from mtb.cli.config_options import LAUNCH as LAUNCH_SECTION
     from mtb.cli.config_options import launch_options, option_for, split_launch
+    from mtb.clock import PhaseClock
     from mtb.config import SYNC_MODES, LaunchConfig, setting
     from mtb.config import resolve as resolve_config
     from mtb.config import structure as config_from_dict
@@ -51,10 +52,12 @@ if TYPE_CHECKING:
         result_document,
         write_result,
     )
-    from mtb.engine import Engine, ModelStateBytes, StepInfo, cpu_copy, total_norm
+    from mtb.engine import Engine, ModelStateBytes, StepHooks, StepInfo, cpu_copy, total_norm
     from mtb.gpu_guard import check as refuse_busy_gpus
     from mtb.launch import LaunchTimeout, node_provenance, run_function
     from mtb.launcher import launch as run_training
+    from mtb.layout import microbatches_of as pipeline_microbatches
+    from mtb.layout import stage_layers
     from mtb.memory import format_size
     from mtb.metrics import StepMetrics, above_peak, summarize
     from mtb.model import GPT
@@ -71,6 +74,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Engine": ("mtb.engine", "Engine"),
     "StepInfo": ("mtb.engine", "StepInfo"),
+    "StepHooks": ("mtb.engine", "StepHooks"),
     "ModelStateBytes": ("mtb.engine", "ModelStateBytes"),
     "cpu_copy": ("mtb.engine", "cpu_copy"),
     "refuse_busy_gpus": ("mtb.gpu_guard", "check"),
@@ -79,6 +83,9 @@ _LAZY = {
     "launch_options": ("mtb.cli.config_options", "launch_options"),
     "option_for": ("mtb.cli.config_options", "option_for"),
     "split_launch": ("mtb.cli.config_options", "split_launch"),
+    "PhaseClock": ("mtb.clock", "PhaseClock"),
+    "pipeline_microbatches": ("mtb.layout", "microbatches_of"),
+    "stage_layers": ("mtb.layout", "stage_layers"),
     "SYNC_MODES": ("mtb.config", "SYNC_MODES"),
     "LaunchConfig": ("mtb.config", "LaunchConfig"),
     "setting": ("mtb.config", "setting"),
@@ -154,6 +161,7 @@ __all__ = [
     "ModelStateBytes",
     "MtbError",
     "Option",
+    "PhaseClock",
     "PluginError",
     "PluginRun",
     "PluginRunner",
@@ -163,6 +171,7 @@ __all__ = [
     "RunContext",
     "RunFailed",
     "SaveRecord",
+    "StepHooks",
     "StepInfo",
     "StepMetrics",
     "Strategy",
@@ -194,6 +203,7 @@ __all__ = [
     "mtb_plugin",
     "node_provenance",
     "option_for",
+    "pipeline_microbatches",
     "plain_console",
     "plugin_list",
     "publish",
@@ -204,6 +214,7 @@ __all__ = [
     "run_training",
     "setting",
     "split_launch",
+    "stage_layers",
     "stdout",
     "summarize",
     "torch_info",

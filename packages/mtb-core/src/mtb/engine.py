@@ -1,11 +1,15 @@
-"""The engine a strategy returns: forward, backward, optimizer step, state.
+"""The engine a strategy returns: a step's forward and backward, optimizer step, state.
 
 ``Engine`` implements the contract for a plain module and optimizer, with
 autocast for bf16/fp16 and a gradient scaler for fp16; strategies that wrap
-the model (DDP, FSDP) subclass it and override only what differs.
+the model (DDP, FSDP) subclass it and override only what differs. The trainer
+hands an engine a whole step's micro-batches (:meth:`Engine.forward_backward`),
+so an engine that schedules them itself (a pipeline) can.
 """
 
 import contextlib
+from collections.abc import Callable
+from typing import ClassVar
 
 import attrs
 import torch
@@ -24,6 +28,32 @@ class StepInfo:
     skipped: bool = False
     #: gradient synchronisations issued during the step, counted (None: not counted)
     gradient_syncs: int | None = None
+
+
+def _no_range(name: str):
+    return contextlib.nullcontext()
+
+
+def _unchanged(loss: torch.Tensor, micro: int) -> torch.Tensor:
+    return loss
+
+
+@attrs.frozen
+class StepHooks:
+    """What the trainer lends :meth:`Engine.forward_backward` for one step.
+
+    ``range(name)`` opens a named profiler range (a null context when the
+    trial is not profiled); ``on_loss(loss, micro)`` returns the loss of
+    micro-batch ``micro`` as the trainer wants it used (fault injection
+    poisons it), and must see every micro-batch's loss before its backward.
+    """
+
+    range: Callable = _no_range
+    on_loss: Callable[[torch.Tensor, int], torch.Tensor] = _unchanged
+
+
+#: no profiler ranges, losses used as computed
+NO_HOOKS = StepHooks()
 
 
 @attrs.define
@@ -168,7 +198,10 @@ def _unique(tensors):
 
 
 class Engine:
-    """A model and its optimizer, driven by the trainer one micro-batch at a time."""
+    """A model and its optimizer, driven by the trainer one step at a time."""
+
+    #: fields of torch's ``StateDictOptions`` for the DCP checkpoint's get/set_state_dict
+    state_dict_options: ClassVar[dict] = {}
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, context):
         self.model = model
@@ -183,6 +216,25 @@ class Engine:
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=dtype)
+
+    def forward_backward(self, batches: list[Batch], hooks: StepHooks = NO_HOOKS):
+        """Forward and backward over one step's micro-batches; their mean loss, detached.
+
+        Gradients accumulate as if the micro-batches were one batch (each loss
+        divided by their number). This loop is the default; an engine that
+        schedules micro-batches itself (a pipeline) overrides it.
+        """
+        count = len(batches)
+        total = torch.zeros((), device=self.context.device)
+        for micro, batch in enumerate(batches):
+            last = micro == count - 1
+            with hooks.range(f"mtb.micro_batch.{micro}"), self.sync_context(last):
+                with hooks.range("mtb.forward"):
+                    loss = hooks.on_loss(self.forward(batch), micro)
+                with hooks.range("mtb.backward"):
+                    self.backward(loss / count)
+            total += loss.detach().float()
+        return total / count
 
     def forward(self, batch: Batch) -> torch.Tensor:
         with self.autocast():
@@ -254,6 +306,14 @@ class Engine:
 
     def details(self) -> dict:
         """Strategy-specific facts for the result (resolved sync mode, engine config)."""
+        return {}
+
+    def rank_metrics(self, warmup_steps: int) -> dict:
+        """Numbers this engine measured on this rank over the measured steps, for the result.
+
+        Called once per trial after the steps; the first ``warmup_steps`` of
+        them were warmup. JSON-serialisable; a pipeline reports its bubble here.
+        """
         return {}
 
     def model_state_bytes(self) -> ModelStateBytes:

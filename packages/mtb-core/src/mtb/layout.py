@@ -13,6 +13,8 @@ This module needs no torch; a strategy builds its ``DeviceMesh`` from
 :attr:`Layout.mesh_shape` and :attr:`Layout.mesh_dim_names`.
 """
 
+import itertools
+
 import attrs
 
 from mtb.errors import ConfigError
@@ -179,6 +181,19 @@ def _check_pipeline(layout: Layout, config) -> None:
             f"{microbatches} is fewer than the {stages} pipeline stages; "
             f"{parallel.pp_schedule} needs at least one micro-batch per stage",
         )
+    rounds = max(1, microbatches // layout.pp)
+    if interleaved and microbatches % rounds:
+        raise ConfigError(
+            "parallel.pp_microbatches",
+            f"{microbatches} with interleaved-1f1b on pp {layout.pp} must be a multiple of its "
+            f"{rounds} rounds (pp_microbatches // pp); a multiple of pp {layout.pp} always is",
+        )
+    if config.training.precision == "fp16":
+        raise ConfigError(
+            "training.precision",
+            "fp16 is not supported with pipeline parallelism (its loss scaler would span "
+            "stages); use bf16 or fp32",
+        )
 
 
 def _check_experts(layout: Layout, config) -> None:
@@ -197,3 +212,12 @@ def microbatches_of(config) -> int:
     if parallel.pp_microbatches is not None:
         return parallel.pp_microbatches
     return parallel.pp * parallel.pp_stages_per_rank
+
+
+def stage_layers(n_layers: int, stages: int) -> list[range]:
+    """The blocks of each pipeline stage: an even split, earlier stages taking the remainder."""
+    base, extra = divmod(n_layers, stages)
+    bounds = [0]
+    for stage in range(stages):
+        bounds.append(bounds[-1] + base + (stage < extra))
+    return [range(start, stop) for start, stop in itertools.pairwise(bounds)]

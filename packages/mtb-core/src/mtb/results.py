@@ -38,6 +38,8 @@ class RankTrial:
     loss: list[float]
     model_state_bytes: dict
     memory: dict
+    #: numbers the engine measured on this rank (a pipeline's stages and bubble); may be empty
+    engine_metrics: dict = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -165,6 +167,7 @@ def reduce_trial(
             losses[r.rank],
             r.model_state_bytes,
             r.memory,
+            r.engine_metrics,
         )
         for r in ranks
     ]

@@ -7,6 +7,7 @@ small all_reduce per step that carries every rank's loss and gradient norm
 (for the non-finite check and, with sharded gradients, the whole model's norm).
 """
 
+import functools
 import math
 import resource
 import time
@@ -19,7 +20,7 @@ from mtb.clock import PhaseClock
 from mtb.compiling import CompileTimer, check_measured, compile_blocks
 from mtb.data import SyntheticTokens
 from mtb.distributed import rank_rows
-from mtb.engine import make_optimizer, norm_shard
+from mtb.engine import StepHooks, make_optimizer, norm_shard
 from mtb.errors import NonFiniteError
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
@@ -42,6 +43,8 @@ class TrialRecord:
     checkpoint: dict | None = None
     #: digests of the final state (None unless checkpoint.record_digests)
     digests: dict | None = None
+    #: what the engine measured on this rank over the measured steps (a pipeline's bubble)
+    engine_metrics: dict = attrs.Factory(dict)
 
 
 def build_model(context) -> torch.nn.Module:
@@ -129,33 +132,35 @@ class Trainer:
                     profiler.step()
         check_measured(steps)
         checkpoint, digests = session.finish()
+        engine_metrics = engine.rank_metrics(sum(s.warmup for s in steps))
         state_bytes = self.probe_state_bytes(engine, data, self.training.steps)
         memory = memory_stats(self.context.device)
         return TrialRecord(
-            self.context.rank, steps, state_bytes, memory, engine.details(), checkpoint, digests
+            self.context.rank,
+            steps,
+            state_bytes,
+            memory,
+            engine.details(),
+            checkpoint,
+            digests,
+            engine_metrics,
         )
 
+    def batches(self, data, step: int) -> list:
+        """The micro-batches of ``step`` on this rank."""
+        return [data.batch(step, micro) for micro in range(self.training.grad_accum_steps)]
+
     def step(self, engine, data, clock: PhaseClock, step: int, warmup: bool) -> StepMetrics:
-        accum = self.training.grad_accum_steps
         started = time.perf_counter()
         clock.start()
-        loss_sum = torch.zeros((), device=self.context.device)
-        tokens = 0
-        for micro in range(accum):
-            with self.range(f"mtb.micro_batch.{micro}"):
-                with self.range("mtb.data"):
-                    batch = data.batch(step, micro)
-                tokens += batch.tokens
-                clock.mark("data")
-                with engine.sync_context(is_last_micro_batch=micro == accum - 1):
-                    with self.range("mtb.forward"):
-                        loss = self.maybe_poison(engine.forward(batch), step, micro)
-                    with self.range("mtb.backward"):
-                        engine.backward(loss / accum)
-                loss_sum += loss.detach()
-                clock.mark("forward_backward")
+        with self.range("mtb.data"):
+            batches = self.batches(data, step)
+        clock.mark("data")
+        hooks = StepHooks(range=self.range, on_loss=functools.partial(self.maybe_poison, step))
+        loss = engine.forward_backward(batches, hooks)
+        clock.mark("forward_backward")
         with self.range("mtb.optimizer"):
-            info, lr, loss_value = self.optimizer_phase(engine, loss_sum, step)
+            info, lr, loss_value = self.optimizer_phase(engine, loss, step)
         clock.mark("optimizer")
         phases = clock.phases_ms()
         step_ms = (time.perf_counter() - started) * 1000.0
@@ -167,7 +172,7 @@ class Trainer:
             optimizer_ms=phases.get("optimizer", 0.0),
             step_ms=step_ms,
             loss=loss_value,
-            tokens=tokens,
+            tokens=sum(batch.tokens for batch in batches),
             lr=lr,
             grad_norm=info.grad_norm,
             clipped=info.clipped,
@@ -176,20 +181,20 @@ class Trainer:
             moe=take_step(self.moe_layers),
         )
 
-    def optimizer_phase(self, engine, loss_sum: torch.Tensor, step: int):
+    def optimizer_phase(self, engine, loss: torch.Tensor, step: int):
         """Learning rate, clipping, the finiteness check and the optimizer step."""
         lr = lr_at(step, self.training, self.training.steps)
         engine.set_lr(lr)
         max_norm = self.training.max_grad_norm
         raw_norm = engine.grad_norm()  # every step, clipping or not: one fused norm
-        loss_value, norm = self.agree_finite(step, loss_sum, raw_norm)
+        loss_value, norm = self.agree_finite(step, loss, raw_norm)
         info = engine.optimizer_step(max_norm, norm)
         if norm is not None:
             info.grad_norm, info.clipped = norm, max_norm is not None and norm > max_norm
         return info, lr, loss_value
 
-    def agree_finite(self, step: int, loss_sum: torch.Tensor, raw_norm):
-        """This rank's mean loss and the model's gradient norm, checked on every rank.
+    def agree_finite(self, step: int, loss: torch.Tensor, raw_norm):
+        """This rank's loss and the model's gradient norm, checked on every rank.
 
         One all_reduce (and the step's only host sync) carries every rank's
         loss and gradient norm; a sharded norm travels as this rank's shard
@@ -197,7 +202,7 @@ class Trainer:
         gradients show.
         """
         local, sharded = norm_shard(raw_norm)
-        loss = loss_sum.detach().float().reshape(())
+        loss = loss.detach().float().reshape(())
         row = torch.stack([loss, loss.new_zeros(()) if local is None else local.float()])
         table = rank_rows(self.context, row)
         if sharded:
@@ -205,9 +210,9 @@ class Trainer:
         losses, norms = zip(*table.tolist(), strict=True)
         self.check_finite(step, losses, None if raw_norm is None else norms)
         norm = None if raw_norm is None else norms[self.context.rank]
-        return losses[self.context.rank] / self.training.grad_accum_steps, norm
+        return losses[self.context.rank], norm
 
-    def maybe_poison(self, loss: torch.Tensor, step: int, micro: int) -> torch.Tensor:
+    def maybe_poison(self, step: int, loss: torch.Tensor, micro: int) -> torch.Tensor:
         """--inject-nan-at-step: a NaN loss on the chosen rank, for fault tests."""
         training = self.training
         if (step, micro, self.context.rank) == (
@@ -239,12 +244,10 @@ class Trainer:
     def probe_state_bytes(self, engine, data, step: int) -> dict:
         """Model-state bytes with gradients and optimizer state populated.
 
-        Runs one extra, untimed forward/backward after the measured steps so
-        gradients exist when counted; they are dropped again afterwards.
+        Runs one extra, untimed step's forward/backward after the measured steps
+        so gradients exist when counted; they are dropped again afterwards.
         """
-        batch = data.batch(step, 0)
-        with engine.sync_context(is_last_micro_batch=True):
-            engine.backward(engine.forward(batch))
+        engine.forward_backward(self.batches(data, step), StepHooks())
         counted = engine.model_state_bytes()
         engine.zero_grad()
         return {**attrs.asdict(counted), "total": counted.total}

@@ -47,7 +47,7 @@ def shard(model, context, counter: SyncCounter, mesh=None, ignored=()):
         "mesh": mesh,
         "ignored_params": set(ignored),
     }
-    for block in model.blocks:
+    for block in model.blocks.children():  # a GPT's list, or a pipeline stage's dict
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     for module in model.modules():

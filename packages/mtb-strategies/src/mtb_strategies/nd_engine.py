@@ -27,6 +27,10 @@ class NDEngine(FSDPEngine):
     @classmethod
     def build(cls, model, make_optimizer, context, sync_mode: str):
         layout = context.layout
+        if layout.pp > 1:
+            from mtb_strategies.nd_pipeline import NDPipelineEngine
+
+            return NDPipelineEngine.build_nd(model, make_optimizer, context)
         mesh = meshes.build_mesh(context)
         tp = meshes.tp_mesh(mesh, layout)
         if tp is not None:

@@ -19,10 +19,18 @@ PAYLOAD = "dcp"
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
+def _options(engine):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(**engine.state_dict_options)
+
+
 def _state(engine) -> dict:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    model_state, optimizer_state = get_state_dict(engine.model, engine.optimizer)
+    model_state, optimizer_state = get_state_dict(
+        engine.model, engine.optimizer, options=_options(engine)
+    )
     return {"model": model_state, "optimizer": optimizer_state}
 
 
@@ -53,6 +61,7 @@ class DcpBackend(CheckpointBackend):
             engine.optimizer,
             model_state_dict=state["model"],
             optim_state_dict=state["optimizer"],
+            options=_options(engine),
         )
 
     def optimizer_state(self, engine) -> dict:

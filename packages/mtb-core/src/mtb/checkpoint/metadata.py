@@ -185,10 +185,11 @@ def layout_change(document: dict, config, world_size: int) -> tuple[str | None, 
     """
     saved = saved_layout(document)
     now = Layout.of(config, world_size)
-    if all(saved[dim] == getattr(now, dim) for dim in MODEL_DIMS):
-        return None, False  # data parallel over another world: the world_size line says it
     saved_stages = saved["pp"] * _stages_per_rank(document["config"])
     stages = now.pp * config.parallel.pp_stages_per_rank
+    same_dims = all(saved[dim] == getattr(now, dim) for dim in MODEL_DIMS)
+    if same_dims and saved_stages == stages:
+        return None, False  # data parallel over another world: the world_size line says it
     line = f"layout: checkpoint {saved['label']}, run {now.label}"
     if saved_stages != stages:
         return f"{line} (pipeline stages {saved_stages} vs {stages}: stage boundaries moved)", True
