@@ -71,7 +71,7 @@ def preflight(config, pm, strategy) -> None:
     directory = Path(config.checkpoint.dir) if config.checkpoint.dir else None
     try:
         choice = selection.choose(config.checkpoint.resume, directory)
-    except meta.NewerFormatError:
+    except meta.FormatError:
         raise
     except meta.CheckpointError:
         return
@@ -213,9 +213,8 @@ class Checkpointer:
         self.clear_way(document["step"], choice.path)
         started = time.perf_counter()
         self.backend.load(engine, choice.path, self.context)
-        saved = state.load_train_state(choice.path)
-        train_state, rebuilt = state.with_scheduler(saved, self.config.training)
-        lacks = document["lacks"] + (["scheduler state (rebuilt from the config)"] * rebuilt)
+        train_state = state.load_train_state(choice.path)
+        lacks = document["lacks"]
         layout = meta.saved_layout(document)["label"]
         same_layout = document["world_size"] == world and layout == self.context.layout.label
         if same_layout and self.context.rank in document["contents"]["rng_ranks"]:

@@ -32,8 +32,16 @@ class CheckpointError(UsageError):
     """A checkpoint that cannot be used: missing, incomplete, corrupt or incompatible."""
 
 
-class NewerFormatError(CheckpointError):
-    """Written by a newer mtb: not damage, so ``latest`` refuses instead of skipping it."""
+class FormatError(CheckpointError):
+    """A format this mtb cannot resume: not damage, so ``latest`` refuses instead of skipping it."""
+
+
+class NewerFormatError(FormatError):
+    """Written by a newer mtb: this one cannot even read it."""
+
+
+class OlderFormatError(FormatError):
+    """Readable, but its weights mean something else to this mtb's model."""
 
 
 def build(step_dir: Path, state: dict, config, world_size: int, backend: str, versions) -> dict:
@@ -128,6 +136,15 @@ def check_intact(step_dir: Path) -> dict:
         raise CheckpointError(
             f"{step_dir}: files do not match metadata.json: {'; '.join(problems)}"
         )
+    return document
+
+
+def check_resumable(step_dir: Path) -> dict:
+    """The metadata of an intact checkpoint this mtb may resume, else CheckpointError."""
+    document = check_intact(step_dir)
+    refusal = formats.resume_refusal(document)
+    if refusal:
+        raise OlderFormatError(f"{step_dir}: {refusal}")
     return document
 
 

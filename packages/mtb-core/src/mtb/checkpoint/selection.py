@@ -4,8 +4,9 @@
 names a checkpoint that is not READY or whose files do not match its
 metadata, the newest intact READY checkpoint is used instead and the reason
 is said. An explicit step or path is used as given and fails loudly when it
-is not intact. A checkpoint written in a newer format than this mtb reads is
-refused, never skipped.
+is not intact. A checkpoint written in a newer format than this mtb reads,
+or in an older one whose weights this model reads differently, is refused,
+never skipped.
 """
 
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import attrs
 
 from mtb.checkpoint import layout
-from mtb.checkpoint.metadata import CheckpointError, NewerFormatError, check_intact
+from mtb.checkpoint.metadata import CheckpointError, FormatError, check_resumable
 
 
 @attrs.frozen
@@ -33,8 +34,8 @@ def _pointer_problem(directory: Path) -> tuple[Path | None, str | None]:
     if not layout.STEP_PATTERN.match(name):
         return None, f"latest pointer is corrupt ({name[:40]!r})"
     try:
-        check_intact(directory / name)
-    except NewerFormatError:
+        check_resumable(directory / name)
+    except FormatError:
         raise
     except CheckpointError as error:
         return None, f"latest names {name}, which is unusable: {error}"
@@ -46,8 +47,8 @@ def newest_intact(directory: Path) -> tuple[Path | None, list[str]]:
     skipped = []
     for entry in reversed(layout.published(directory)):
         try:
-            check_intact(entry.path)
-        except NewerFormatError:
+            check_resumable(entry.path)
+        except FormatError:
             raise
         except CheckpointError as error:
             skipped.append(str(error))
@@ -59,14 +60,14 @@ def newest_intact(directory: Path) -> tuple[Path | None, list[str]]:
 def choose_latest(directory: Path) -> Choice:
     pointed, problem = _pointer_problem(directory)
     if problem is None and pointed is not None:
-        return Choice(pointed, check_intact(pointed), f"latest names {pointed.name}")
+        return Choice(pointed, check_resumable(pointed), f"latest names {pointed.name}")
     found, skipped = newest_intact(directory)
     skipped_note = f"; skipped: {' | '.join(skipped)}" if skipped else ""
     if found is None:
         return Choice(None, None, f"{problem}; no READY checkpoint yet, starting at step 0")
     return Choice(
         found,
-        check_intact(found),
+        check_resumable(found),
         f"{problem}; using the newest intact READY checkpoint {found.name}{skipped_note}",
     )
 
@@ -82,4 +83,4 @@ def choose(spec: str, directory: Path | None) -> Choice:
         path = directory / layout.step_name(int(spec))
     if not path.exists():
         raise CheckpointError(f"checkpoint.resume: {path} does not exist")
-    return Choice(path, check_intact(path), f"requested {path}")
+    return Choice(path, check_resumable(path), f"requested {path}")

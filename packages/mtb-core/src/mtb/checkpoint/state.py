@@ -111,8 +111,8 @@ def with_scheduler(saved: dict, training) -> tuple[dict, bool]:
     """A loaded train state with its scheduler state, and whether it had to be rebuilt.
 
     Early format-1 checkpoints saved no scheduler entry; the schedule is a
-    function of the step, so it is rebuilt from ``training`` (the run's
-    config), and the resume is then not exact.
+    function of the step, so ``mtb checkpoint verify`` rebuilds it from
+    ``training`` (the checkpoint's config) to compare them.
     """
     if "scheduler" in saved:
         return saved, False

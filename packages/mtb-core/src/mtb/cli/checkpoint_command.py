@@ -89,8 +89,8 @@ def list_command(directory, as_json):
 @click.argument("path", metavar="PATH")
 def inspect_command(path):
     """Print a checkpoint's metadata.json, with whether its files (and READY's digest of
-    metadata.json) still match it."""
-    from mtb.checkpoint import layout
+    metadata.json) still match it and whether this mtb can resume it."""
+    from mtb.checkpoint import formats, layout
     from mtb.checkpoint import metadata as meta
 
     step_dir = Path(path)
@@ -104,6 +104,7 @@ def inspect_command(path):
         "ready": (step_dir / layout.READY).is_file(),
         "files_match": not problems,
         "problems": problems,
+        "resume_refusal": formats.resume_refusal(document),
         "metadata": document,
     }
     click.echo(json.dumps(report, indent=2))
