@@ -46,25 +46,29 @@ for module in (mtb, mtb_example_strategy):
 
 
 def install(session: nox.Session, *args: str) -> None:
-    session.install(*CONSTRAINTS, *args)
+    """pip install under the constraints, without byte-compiling what it installs.
+
+    pip compiles every module it installs: for torch's thousands that takes
+    longer than the install, and the projects' dependencies (DeepSpeed,
+    megatron-core, matplotlib, ...) hold thousands more. The few hundred
+    modules a test imports are compiled on first import and cached in the
+    session's environment (also where the caller's shell sets
+    PYTHONDONTWRITEBYTECODE, see install_torch).
+    """
+    session.install(*CONSTRAINTS, "--no-compile", *args)
 
 
 def install_torch(session: nox.Session) -> None:
     """torch first, before the packages: the pinned release, whose wheel here is the CPU build.
 
     setuptools (pinned) comes along: it builds the projects (install_projects).
-
-    Installed without byte-compiling (that alone takes half a minute per
-    session for torch's thousands of modules); the few hundred modules a test
-    imports are compiled on first import and cached in the session's
-    environment, also where the caller's shell sets PYTHONDONTWRITEBYTECODE.
     """
     session.env["PYTHONDONTWRITEBYTECODE"] = ""  # empty means unset to Python
     session.env["DS_BUILD_OPS"] = "0"  # DeepSpeed: no C++ ops at install (JIT where needed)
     # its JIT builds go to the session's own folder: a build killed elsewhere (in the user's
     # cache) leaves a lock that these runs never meet
     session.env["TORCH_EXTENSIONS_DIR"] = str(Path(session.virtualenv.location) / "torch_ext")
-    install(session, "--no-compile", "torch", "setuptools")
+    install(session, "torch", "setuptools")
 
 
 def install_projects(session: nox.Session, *args: str) -> None:
