@@ -96,18 +96,27 @@ def regular(*projects: str) -> list[str]:
     return list(projects)
 
 
-def install_chromium(session: nox.Session) -> None:
-    """Debian's chromium for the HTML report's browser test (CI runs as root)."""
-    if shutil.which("chromium") is None:
+_apt_lists_fetched = []  # one `apt-get update` for all the sessions of a nox run
+
+
+def install_debian(session: nox.Session, package: str, command: str) -> None:
+    """Debian's ``package`` unless ``command`` is already there (CI runs as root)."""
+    if shutil.which(command) is not None:
+        return
+    if not _apt_lists_fetched:
         session.run("apt-get", "update", "-q", external=True)
-        session.run("apt-get", "install", "-y", "-q", "chromium", external=True)
+        _apt_lists_fetched.append(True)
+    session.run("apt-get", "install", "-y", "-q", package, external=True)
+
+
+def install_chromium(session: nox.Session) -> None:
+    """Debian's chromium for the HTML report's browser test."""
+    install_debian(session, "chromium", "chromium")
 
 
 def install_iproute2(session: nox.Session) -> None:
-    """Debian's iproute2 (``ip``) for the two-host network-namespace tests (CI runs as root)."""
-    if shutil.which("ip") is None:
-        session.run("apt-get", "update", "-q", external=True)
-        session.run("apt-get", "install", "-y", "-q", "iproute2", external=True)
+    """Debian's iproute2 (``ip``) for the two-host network-namespace tests."""
+    install_debian(session, "iproute2", "ip")
 
 
 @nox.session
