@@ -11,6 +11,8 @@ Arguments after ``--`` go to pytest (or to bench.py, or to gpu_acceptance.py), e
 tests marked slow (multi-process launches, anything over about 3 s).
 """
 
+import hashlib
+import os
 import shutil
 import time
 from pathlib import Path
@@ -37,6 +39,9 @@ EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}
 
 # Fails unless mtb and the example plugin are imported from site-packages,
 # i.e. installed as real distributions rather than linked to the source tree.
+# the session interpreter's site-packages and version (the staged torch is per version)
+PROBE = "import sys, sysconfig; print(sysconfig.get_paths()['purelib']); print(sys.version)"
+
 CHECK_NOT_EDITABLE = """
 import pathlib, sysconfig
 import mtb, mtb_example_strategy
@@ -48,25 +53,82 @@ for module in (mtb, mtb_example_strategy):
 
 
 def install(session: nox.Session, *args: str) -> None:
-    session.install(*CONSTRAINTS, *args)
+    """pip install under the constraints, without byte-compiling what it installs.
+
+    pip compiles every module it installs: for torch's thousands that takes
+    longer than the install, and the projects' dependencies (DeepSpeed,
+    megatron-core, matplotlib, ...) hold thousands more. The few hundred
+    modules a test imports are compiled on first import and cached in the
+    session's environment (also where the caller's shell sets
+    PYTHONDONTWRITEBYTECODE, see install_torch).
+    """
+    session.install(*CONSTRAINTS, "--no-compile", *args)
 
 
 def install_torch(session: nox.Session) -> None:
     """torch first, before the packages: the pinned release, whose wheel here is the CPU build.
 
-    setuptools (pinned) comes along: it builds the projects (install_projects).
-
-    Installed without byte-compiling (that alone takes half a minute per
-    session for torch's thousands of modules); the few hundred modules a test
-    imports are compiled on first import and cached in the session's
-    environment, also where the caller's shell sets PYTHONDONTWRITEBYTECODE.
+    In a new environment torch and its dependencies are linked from one staged
+    install (staged_torch) first. setuptools (pinned) comes along: it builds
+    the projects (install_projects).
     """
     session.env["PYTHONDONTWRITEBYTECODE"] = ""  # empty means unset to Python
     session.env["DS_BUILD_OPS"] = "0"  # DeepSpeed: no C++ ops at install (JIT where needed)
     # its JIT builds go to the session's own folder: a build killed elsewhere (in the user's
     # cache) leaves a lock that these runs never meet
     session.env["TORCH_EXTENSIONS_DIR"] = str(Path(session.virtualenv.location) / "torch_ext")
-    install(session, "--no-compile", "torch", "setuptools")
+    probe = session.run_install("python", "-c", PROBE, silent=True)  # None: installs skipped
+    if probe is not None:
+        purelib, version = probe.split("\n")[:2]
+        if not any(Path(purelib).glob("torch-*.dist-info")):  # a new environment
+            link_into(staged_torch(session, version), Path(purelib), Path(session.bin))
+    install(session, "torch", "setuptools")  # pip checks what was linked, or installs
+
+
+def staged_torch(session: nox.Session, version: str) -> Path:
+    """torch and its dependencies, installed once (pip --target) for every session to link.
+
+    Each session used to unpack the same wheels again (half a minute or more
+    a session); linking the files takes a second. Kept in nox's cache folder
+    per Python version and constraints file; a session's pip sees the linked
+    distributions as installed.
+    """
+    digest = hashlib.sha256(f"{version}\n".encode() + (ROOT / "constraints.txt").read_bytes())
+    staged = Path(session.cache_dir) / f"torch-{digest.hexdigest()[:16]}"
+    if not staged.is_dir():
+        building = staged.with_name(f"{staged.name}.tmp")
+        shutil.rmtree(building, ignore_errors=True)
+        install(session, "--target", str(building), "torch")
+        building.rename(staged)
+    return staged
+
+
+def link_into(staged: Path, purelib: Path, bin_dir: Path) -> None:
+    """The staged packages hard-linked into a session's site-packages (copied where links
+    fail); their scripts (torchrun ...) written to its bin for its own python."""
+    for entry in staged.iterdir():
+        if entry.name == "bin":
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, purelib / entry.name, copy_function=link, dirs_exist_ok=True)
+        else:
+            link(entry, purelib / entry.name)
+    scripts = staged / "bin"
+    for script in scripts.iterdir() if scripts.is_dir() else []:
+        shebang, _, body = script.read_text().partition("\n")
+        if shebang.startswith("#!") and "python" in shebang:  # not pip's /bin/sh wrapper
+            (bin_dir / script.name).write_text(f"#!{bin_dir / 'python'}\n{body}")
+            (bin_dir / script.name).chmod(0o755)
+
+
+def link(source, target) -> None:
+    """A hard link where the file system allows one, else a copy."""
+    if os.path.lexists(target):
+        os.unlink(target)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def install_projects(session: nox.Session, *args: str) -> None:
@@ -94,18 +156,27 @@ def regular(*projects: str) -> list[str]:
     return list(projects)
 
 
-def install_chromium(session: nox.Session) -> None:
-    """Debian's chromium for the HTML report's browser test (CI runs as root)."""
-    if shutil.which("chromium") is None:
+_apt_lists_fetched = []  # one `apt-get update` for all the sessions of a nox run
+
+
+def install_debian(session: nox.Session, package: str, command: str) -> None:
+    """Debian's ``package`` unless ``command`` is already there (CI runs as root)."""
+    if shutil.which(command) is not None:
+        return
+    if not _apt_lists_fetched:
         session.run("apt-get", "update", "-q", external=True)
-        session.run("apt-get", "install", "-y", "-q", "chromium", external=True)
+        _apt_lists_fetched.append(True)
+    session.run("apt-get", "install", "-y", "-q", package, external=True)
+
+
+def install_chromium(session: nox.Session) -> None:
+    """Debian's chromium for the HTML report's browser test."""
+    install_debian(session, "chromium", "chromium")
 
 
 def install_iproute2(session: nox.Session) -> None:
-    """Debian's iproute2 (``ip``) for the two-host network-namespace tests (CI runs as root)."""
-    if shutil.which("ip") is None:
-        session.run("apt-get", "update", "-q", external=True)
-        session.run("apt-get", "install", "-y", "-q", "iproute2", external=True)
+    """Debian's iproute2 (``ip``) for the two-host network-namespace tests."""
+    install_debian(session, "iproute2", "ip")
 
 
 @nox.session

@@ -9,7 +9,7 @@ import pytest
 ARGS = [
     "--strategy", "ddp", "--nproc-per-node", "2", "--preset", "tiny", "--steps", "6",
     "--warmup-steps", "1", "--dropout", "0.1", "--save-every", "2", "--keep-last", "2",
-    "--record-digests", "--device", "cpu", "--timeout", "120",
+    "--record-digests", "--device", "cpu", "--timeout", "120", "--peak-tflops", "1",
 ]  # fmt: skip
 
 

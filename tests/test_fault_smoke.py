@@ -65,6 +65,11 @@ def test_the_document_and_the_exit_code(smoke):
     assert all(launch["exit_code"] is not None for launch in launches)
 
 
+def test_the_ddp_ranks_draw_different_dropout_masks(smoke):
+    rng = smoke[1]["reference"]["state_digests"]["rng"]
+    assert len(rng) == 2 and rng[0] != rng[1]
+
+
 def test_nan_stops_every_rank_and_the_checkpoints(smoke):
     scenario = _passed(smoke[2], "nan")
     errors = _detail(scenario, "every rank exits")
@@ -88,6 +93,8 @@ def test_kill_during_save_leaves_a_temporary_folder_and_resumes_before_it(smoke)
     assert f"{temporary}/READY" not in crashed["listing"]
     assert resumed["exit_code"] == 0
     assert after["ready_steps"] == [2, 4, 6] and temporary in after["temporary"]
+    record = _detail(scenario, "resume picks")
+    assert (record["step"], record["exact"], record["from_world_size"]) == (2, True, 2)
 
 
 def test_config_mismatch_is_refused_with_the_diff(smoke):
@@ -162,15 +169,22 @@ def test_stale_steps_are_moved_aside_and_the_resume_finishes(smoke):
     scenario = _passed(smoke[2], "stale-steps")
     moved = _detail(scenario, "step 4 (stale)")
     assert [m["reason"] for m in moved] == ["stale", "incomplete"]
-    assert any(".stale-" in name for name in scenario["evidence"]["after_run"])
-    assert not any(".stale-" in name for name in scenario["evidence"]["after_clean"])
+    resumed, _ = scenario["launches"]
+    (line,) = [x for x in resumed["stderr"] if x.startswith("mtb: cleared the way")]
+    assert f"{moved[0]['source']} -> {moved[0]['target']}" in line  # stored up to 400 characters
+    after_run, after_clean = scenario["evidence"]["after_run"], scenario["evidence"]["after_clean"]
+    assert f"{moved[0]['target']}/READY" in after_run  # the stale step is kept as it was
+    assert not any(".stale-" in name for name in after_clean)
+    removed = _detail(scenario, "`mtb checkpoint clean`")
+    assert all(any(m["target"] in x and "removed" in x for x in removed) for m in moved)
     assert _detail(scenario, "resume past the stale steps")["differing"] == []
 
 
 def test_two_writers_refuse_the_second_naming_the_first(smoke):
     scenario = _passed(smoke[2], "two-writers")
-    first, second = scenario["launches"]
+    first, second, cleaning = scenario["launches"]
     assert second["exit_code"] == 2 and "is in use by mtb run (pid " in second["stderr"][-1]
+    assert cleaning["exit_code"] == 2 and "is in use by mtb run (pid " in cleaning["stderr"][-1]
     assert first["exit_code"] == 0
 
 

@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 TINY = ["--strategy", "ddp", "--preset", "tiny", "--steps", "4", "--warmup-steps", "1"]
-TINY += ["--device", "cpu", "--timeout", "120"]
+TINY += ["--device", "cpu", "--peak-tflops", "1", "--timeout", "120"]  # the timeout last
 PORT = 29517
 SUBNET = "10.77.0"
 

@@ -14,7 +14,10 @@ from mtb.plugins import build_plugin_manager
 from mtb.testing import mtb_plugin  # noqa: F401  (the fixture plugin authors use)
 
 PLUGIN_DIR = Path(__file__).parent / "plugins"
-TINY = ["--preset", "tiny", "--steps", "4", "--warmup-steps", "1"]
+#: a fixed MFU peak: otherwise each rank of each run first times its CPU's matmul peak (about
+#: a second under load); test_run_writes_result_with_trials_and_summary checks that calibration
+FIXED_PEAK = ["--peak-tflops", "1"]
+TINY = ["--preset", "tiny", "--steps", "4", "--warmup-steps", "1", *FIXED_PEAK]
 
 
 @pytest.fixture

@@ -5,12 +5,12 @@ import json
 import shutil
 
 import pytest
-from conftest import read_json
+from conftest import FIXED_PEAK, read_json
 
 from mtb.checkpoint import formats, layout
 from mtb.checkpoint.metadata import check_intact
 
-BASE = ["--preset", "tiny", "--warmup-steps", "1"]
+BASE = ["--preset", "tiny", "--warmup-steps", "1", *FIXED_PEAK]
 pytestmark = pytest.mark.timeout(120)
 
 

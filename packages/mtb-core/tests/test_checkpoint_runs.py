@@ -1,9 +1,10 @@
 """Checkpointed runs of the ``single`` strategy in-process: resume, async, commands, refusals."""
 
 import pytest
-from conftest import read_json
+from conftest import FIXED_PEAK, read_json
 
 BASE = ["--preset", "tiny", "--warmup-steps", "1", "--dropout", "0.1", "--record-digests"]
+BASE = [*BASE, *FIXED_PEAK]
 
 
 def run(invoke, directory, out, *extra):

@@ -126,7 +126,8 @@ def test_print_config_shows_the_merged_config(invoke, tmp_path):
 @pytest.mark.slow
 def test_run_writes_result_with_trials_and_summary(invoke, tmp_path):
     out = tmp_path / "result.json"
-    result = invoke("run", "--strategy", "single", *TINY, "--repeat", "2", "--output", out)
+    tiny = ["--preset", "tiny", "--steps", "4", "--warmup-steps", "1"]  # the peak calibrated
+    result = invoke("run", "--strategy", "single", *tiny, "--repeat", "2", "--output", out)
     assert result.exit_code == 0, result.output
     assert "tokens/s (global)" in result.output and f"result written to {out}" in result.output
     doc = read_json(out)

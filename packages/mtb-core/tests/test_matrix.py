@@ -28,6 +28,7 @@ preset = "tiny"
 steps = 3
 warmup_steps = 1
 device = "cpu"
+peak_tflops = 1
 """
 FOUR = f"""
 name = "four"

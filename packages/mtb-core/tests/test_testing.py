@@ -3,9 +3,9 @@
 import os
 
 import pytest
-from conftest import PLUGIN_DIR, TINY
+from conftest import FIXED_PEAK, PLUGIN_DIR, TINY
 
-SHORT = [*TINY[:2], "--steps", "2", "--warmup-steps", "1"]
+SHORT = [*TINY[:2], "--steps", "2", "--warmup-steps", "1", *FIXED_PEAK]
 
 
 @pytest.fixture

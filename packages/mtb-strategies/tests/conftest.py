@@ -16,7 +16,8 @@ PLUGIN_DIR = Path(__file__).parent / "plugins"
 os.environ.setdefault(
     "TORCH_EXTENSIONS_DIR", str(Path(tempfile.gettempdir()) / f"mtb-tests-torch-ext-{os.getuid()}")
 )
-# tiny model, fp32, 5 measured steps, a learning rate that moves the weights
+# tiny model, fp32, 5 measured steps, a learning rate that moves the weights; a fixed MFU
+# peak: core's tests check the CPU calibration, which costs each rank of each launch a second
 BASE = [
     "--preset",
     "tiny",
@@ -30,6 +31,8 @@ BASE = [
     "cpu",
     "--timeout",
     "300",
+    "--peak-tflops",
+    "1",
 ]
 
 
@@ -123,21 +126,41 @@ def reference_pipeline(tmp_path_factory):
     return result, state
 
 
+class Runs:
+    """Results by (strategy, variant, args), launched once and shared by the tests below.
+
+    Every launch also counts the blocking all-reduces of each step (mtb_test_collectives).
+    """
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.cache: dict = {}
+        self.counts: dict = {}
+
+    def __call__(self, strategy, variant, *args):
+        key = (strategy, variant, *args)
+        if key not in self.cache:
+            tmp = self.tmp_path_factory.mktemp(f"{strategy}-{variant}")
+            counts = tmp / "collectives.json"
+            env = {
+                "MTB_PLUGIN_MODULES": "mtb_test_dump,mtb_test_collectives",
+                "MTB_TEST_COLLECTIVES": str(counts),
+            }
+            done, result, state = launch(strategy, tmp, *args, env=env)
+            assert done.returncode == 0, done.stderr
+            self.cache[key] = (result, state)
+            self.counts[key] = json.loads(counts.read_text()) if counts.exists() else None
+        return self.cache[key]
+
+
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    """Results by (strategy, variant), launched once and shared by the tests below."""
-    cache = {}
+    return Runs(tmp_path_factory)
 
-    def get(strategy, variant, *args):
-        key = (strategy, variant, *args)
-        if key not in cache:
-            tmp = tmp_path_factory.mktemp(f"{strategy}-{variant}")
-            done, result, state = launch(strategy, tmp, *args)
-            assert done.returncode == 0, done.stderr
-            cache[key] = (result, state)
-        return cache[key]
 
-    return get
+def _accumulation(mode: str, *extra) -> tuple:
+    args = ["--micro-batch-size", "1", "--grad-accum-steps", "2", "--gradient-sync-mode", mode]
+    return (f"k2-{mode}", *args, *extra)
 
 
 def accumulated(runs, strategy, mode="auto", *extra):
@@ -147,8 +170,13 @@ def accumulated(runs, strategy, mode="auto", *extra):
     same global batch and that K=2 micro-batches of B equal one step of 2B
     (the reference takes its 4 sequences in one micro-batch).
     """
-    args = ["--micro-batch-size", "1", "--grad-accum-steps", "2", "--gradient-sync-mode", mode]
-    return runs(strategy, f"k2-{mode}", *args, *extra)
+    return runs(strategy, *_accumulation(mode, *extra))
+
+
+def all_reduces_per_step(runs, strategy, mode="auto", *extra) -> list[int]:
+    """Blocking all-reduces of each step of :func:`accumulated`'s run (not the gradient sync)."""
+    accumulated(runs, strategy, mode, *extra)
+    return runs.counts[(strategy, *_accumulation(mode, *extra))]
 
 
 def syncs(result) -> set:

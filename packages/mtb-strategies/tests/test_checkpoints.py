@@ -1,26 +1,48 @@
-"""Exact resume on 2 ranks for every strategy; resharding of fsdp; ZeRO refuses to reshard."""
+"""Exact resume on 2 ranks for every strategy; resharding of fsdp; ZeRO refuses to reshard.
+
+ddp's kill and exact resume is the fault smoke's (tests/test_fault_smoke.py: rank-crash and
+kill-during-save, both ddp runs compared with an uninterrupted one).
+"""
 
 import pytest
 from conftest import launch
 
-RESUME = [
-    "--steps", "6", "--warmup-steps", "1", "--save-every", "3", "--dropout", "0.1",
-    "--lr-schedule", "cosine", "--record-digests",
+# dropout and a schedule, so RNG and scheduler state must resume exactly too
+CONFIG = [
+    "--warmup-steps", "1", "--dropout", "0.1", "--lr-schedule", "cosine", "--record-digests",
 ]  # fmt: skip
+RESUME = ["--steps", "6", "--save-every", "3", *CONFIG]
+LAST = "step_00000006"
+
+
+@pytest.fixture(scope="module")
+def continuous(tmp_path_factory):
+    """An uninterrupted 6-step run per strategy (and layout) saving steps 3 and 6: its folder
+    and result."""
+    cache = {}
+
+    def get(strategy, *layout):
+        key = (strategy, *layout)
+        if key not in cache:
+            tmp = tmp_path_factory.mktemp(f"{strategy}-continuous")
+            args = [*RESUME, *layout, "--checkpoint-dir", tmp / "a"]
+            done, result, _ = launch(strategy, tmp, *args)
+            assert done.returncode == 0, done.stderr
+            cache[key] = tmp / "a", result
+        return cache[key]
+
+    return get
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("strategy", "layout"),
-    [("ddp", []), ("fsdp", []), ("zero2", []), ("zero3", []), ("nd", ["--tp", "2"])],
+    ("strategy", "layout"), [("fsdp", ()), ("zero2", ()), ("zero3", ()), ("nd", ("--tp", "2"))]
 )
 def test_killed_and_resumed_run_ends_bitwise_equal_to_the_continuous_one(
-    strategy, layout, tmp_path
+    continuous, strategy, layout, tmp_path
 ):
-    args = [*RESUME, *layout]
-    done, reference, _ = launch(strategy, tmp_path, *args, "--checkpoint-dir", tmp_path / "a")
-    assert done.returncode == 0, done.stderr
-    split = [*args, "--checkpoint-dir", tmp_path / "b"]
+    _, reference = continuous(strategy, *layout)
+    split = [*RESUME, *layout, "--checkpoint-dir", tmp_path / "b"]
     done, _, _ = launch(strategy, tmp_path, *split, "--inject-kill-at-step", 4, name="killed")
     assert done.returncode != 0
     assert "rank 1 failed: Signal 9 (SIGKILL)" in done.stderr
@@ -33,20 +55,11 @@ def test_killed_and_resumed_run_ends_bitwise_equal_to_the_continuous_one(
     assert resumed["checkpoint"]["backend"] == backend
 
 
-@pytest.fixture(scope="module")
-def fsdp_checkpoint(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fsdp")
-    args = ["--steps", "4", "--save-every", "4", "--record-digests", "--checkpoint-dir", tmp]
-    done, result, _ = launch("fsdp", tmp, *args)
-    assert done.returncode == 0, done.stderr
-    return tmp / "step_00000004", result
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("nproc", [1, 4])
-def test_fsdp_checkpoint_reshards_with_bit_equal_parameters(fsdp_checkpoint, nproc, tmp_path):
-    step_dir, saved = fsdp_checkpoint
-    args = ["--steps", "5", "--resume", step_dir, "--record-digests"]
+def test_fsdp_checkpoint_reshards_with_bit_equal_parameters(continuous, nproc, tmp_path):
+    directory, saved = continuous("fsdp")
+    args = [*CONFIG, "--steps", "7", "--resume", directory / LAST]
     done, result, _ = launch("fsdp", tmp_path, *args, nproc=nproc)
     assert done.returncode == 0, done.stderr
     record = result["checkpoint"]
@@ -56,11 +69,9 @@ def test_fsdp_checkpoint_reshards_with_bit_equal_parameters(fsdp_checkpoint, npr
 
 
 @pytest.mark.timeout(300)
-def test_zero_checkpoint_refuses_another_world_size(tmp_path):
-    args = ["--steps", "2", "--save-every", "2", "--checkpoint-dir", tmp_path / "z"]
-    done, _, _ = launch("zero2", tmp_path, *args)
-    assert done.returncode == 0, done.stderr
-    resume = ["--steps", "3", "--resume", tmp_path / "z" / "step_00000002"]
+def test_zero_checkpoint_refuses_another_world_size(continuous, tmp_path):
+    directory, _ = continuous("zero2")
+    resume = [*CONFIG, "--steps", "7", "--resume", directory / LAST]
     done, _, _ = launch("zero2", tmp_path, *resume, nproc=1, name="other")
     assert done.returncode == 2
     assert "world_size: checkpoint 2, run 1 (DeepSpeed ZeRO partitions" in done.stderr

@@ -1,10 +1,13 @@
-"""ddp and fsdp on 2 gloo ranks against `single` on the same global batch."""
+"""ddp and fsdp on 2 gloo ranks against `single` on the same global batch.
 
-import json
+A NaN on one ddp rank and distinct dropout masks on ddp ranks are checked by the fault
+smoke (tests/test_fault_smoke.py), whose runs are ddp runs with dropout.
+"""
 
 import pytest
 from conftest import (
     accumulated,
+    all_reduces_per_step,
     assert_same_training,
     bare_grad_norms,
     grad_norms,
@@ -70,18 +73,14 @@ def test_bf16_trains(tmp_path, strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_norm_and_finite_check_share_one_all_reduce_per_step(tmp_path, strategy):
-    counts = tmp_path / "collectives.json"
-    plugins = {"MTB_PLUGIN_MODULES": "mtb_test_dump,mtb_test_collectives"}
-    done, _, _ = launch(strategy, tmp_path, env={**plugins, "MTB_TEST_COLLECTIVES": str(counts)})
-    assert done.returncode == 0, done.stderr
-    assert json.loads(counts.read_text()) == [1] * 5
+def test_norm_and_finite_check_share_one_all_reduce_per_step(runs, strategy):
+    """Over 2 micro-batches too: the loss, the finite flag and fsdp's shard norms go once."""
+    assert all_reduces_per_step(runs, strategy) == [1] * 5
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_nan_on_rank_1_stops_both_ranks_with_the_same_message(tmp_path, strategy):
+def test_nan_on_an_fsdp_rank_stops_both_ranks_with_the_same_message(tmp_path):
     args = ["--inject-nan-at-step", "3", "--inject-nan-rank", "1"]
-    done, result, _ = launch(strategy, tmp_path, *args)
+    done, result, _ = launch("fsdp", tmp_path, *args)
     assert done.returncode == 1
     message = "non-finite loss on rank(s) 1 at step 3; no optimizer step was taken"
     assert {f"mtb: rank 0: {message}", f"mtb: rank 1: {message}"} <= set(done.stderr.splitlines())
@@ -103,14 +102,6 @@ def test_activation_checkpointing_trains_identically(runs, reference, strategy):
     assert_same_training(result, state, reference)
 
 
-@pytest.mark.timeout(600)
-def test_ddp_ranks_draw_different_dropout_masks(tmp_path):
-    done, result, _ = launch("ddp", tmp_path, "--dropout", "0.1", "--record-digests")
-    assert done.returncode == 0, done.stderr
-    rng = result["state_digests"]["rng"]
-    assert len(rng) == 2 and rng[0] != rng[1]
-
-
 @pytest.mark.parametrize("strategy", ["single", *STRATEGIES])
 def test_grad_norm_is_the_full_model_norm_on_every_step_without_clipping(runs, reference, strategy):
     result = reference[0] if strategy == "single" else accumulated(runs, strategy)[0]
@@ -118,12 +109,22 @@ def test_grad_norm_is_the_full_model_norm_on_every_step_without_clipping(runs, r
     assert grad_norms(result) == pytest.approx(bare_grad_norms(), rel=1e-4)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_clipping_matches_single_on_the_same_global_batch(runs, tmp_path, strategy):
-    clip = ["--max-grad-norm", "0.5"]
-    done, *single = launch("single", tmp_path, "--micro-batch-size", "4", *clip, nproc=1)
+CLIP = ["--max-grad-norm", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def clipped_single(tmp_path_factory):
+    """`single` with clipping on the whole global batch, the clipped runs' baseline."""
+    tmp = tmp_path_factory.mktemp("single-clipped")
+    done, *single = launch("single", tmp, "--micro-batch-size", "4", *CLIP, nproc=1)
     assert done.returncode == 0, done.stderr
-    result, state = accumulated(runs, strategy, "auto", *clip)
+    return single
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_clipping_matches_single_on_the_same_global_batch(runs, clipped_single, strategy):
+    single = clipped_single
+    result, state = accumulated(runs, strategy, "auto", *CLIP)
     steps = result["trials"][0]["steps"]
     assert all(s["clipped"] for s in steps)
     assert grad_norms(result) == pytest.approx(grad_norms(single[0]), rel=1e-4)

@@ -3,6 +3,7 @@
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -82,7 +83,8 @@ def paused(pid: int):
 
 
 def two_writers(smoke: Smoke, outcome: Outcome) -> None:
-    """A second run started on a checkpoint directory while a first one writes into it."""
+    """A second run and ``mtb checkpoint clean`` on a checkpoint directory while a first run
+    writes into it."""
     folder = smoke.folder(outcome.name)
     args = [*smoke.run_flags(WORLD_SIZE, 40, 20), "--checkpoint-dir", "ckpt"]
     first_args = [*args, "--output", "first.json"]
@@ -90,26 +92,32 @@ def two_writers(smoke: Smoke, outcome: Outcome) -> None:
     child = launch.start(first_args, folder)
     try:
         holding = _wait_for_holder(folder / "ckpt" / lock.LOCK, child.pid, smoke.timeout_s)
+        second: launch.Launch | None = None
+        cleaning: launch.Launch | None = None
         with paused(child.pid):  # the first run cannot finish before the second one starts
-            second = (
-                smoke.mtb(outcome, "second", [*args, "--output", "second.json"])
-                if holding
-                else None
-            )
+            if holding:
+                second = smoke.mtb(outcome, "second", [*args, "--output", "second.json"])
+                cleaning = smoke.mtb(outcome, "clean", ["checkpoint", "clean", "ckpt"])
     finally:
         first = launch.finish("first", first_args, child, started, smoke.timeout_s + 30)
         outcome.launches.insert(0, first.evidence())
     took_lock = outcome.check("the first run takes the directory's lock", holding, child.pid)
-    if not took_lock or second is None:
+    if not took_lock or second is None or cleaning is None:
         return
     line = second.error_line() or ""
     outcome.check(
         "the second run exits 2 before training, naming the holder's pid",
         second.returncode == 2
-        and f"is in use by mtb run (pid {child.pid} on " in line
+        and f"is in use by mtb run (pid {child.pid} on {socket.gethostname()}, since " in line
         and "Traceback" not in second.stderr
         and not (folder / "second.json").exists(),
         {"exit_code": second.returncode, "error_line": line},
+    )
+    outcome.check(
+        "`mtb checkpoint clean` exits 2 meanwhile, naming the holder's pid",
+        cleaning.returncode == 2
+        and f"is in use by mtb run (pid {child.pid} on " in (cleaning.error_line() or ""),
+        {"exit_code": cleaning.returncode, "error_line": cleaning.error_line()},
     )
     outcome.check(
         "the first run finishes untouched: exit 0, READY steps 20 and 40",
