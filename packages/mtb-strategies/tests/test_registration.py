@@ -38,6 +38,7 @@ def test_zero_strategies_are_listed_unavailable_with_the_install_hint(without_de
     assert {i["name"]: i["available"] for i in ours} == {
         "ddp": True,
         "fsdp": True,
+        "nd": True,
         "zero1": False,
         "zero2": False,
         "zero3": False,

@@ -129,7 +129,8 @@ class GPT(nn.Module):
             return logits
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         for layer in self.moe_layers():
-            loss = loss + layer.aux_loss
+            if layer.aux_loss is not None:  # set by the layer's forward just run
+                loss = loss + layer.aux_loss
         return loss
 
 

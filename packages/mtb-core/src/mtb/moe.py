@@ -206,7 +206,8 @@ def take_step(layers: list[MoE]) -> dict | None:
     """
     if not layers:
         return None
-    kept, assigned, aux, sent, seconds = [], 0, [], 0, 0.0
+    kept, assigned, sent, seconds = [], 0, 0, 0.0
+    aux: list[float] = []
     for layer in layers:
         forwards, layer.totals = layer.totals, []
         counts = [f["kept"] for f in forwards]

@@ -47,7 +47,7 @@ class TrialRecord:
     engine_metrics: dict = attrs.Factory(dict)
 
 
-def build_model(context) -> torch.nn.Module:
+def build_model(context) -> GPT:
     """The GPT of the config, initialised from the seed alone, on the run's device.
 
     Every strategy wraps what this returns, so ``--compile`` is applied here:
