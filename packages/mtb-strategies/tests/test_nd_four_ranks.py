@@ -1,7 +1,8 @@
-"""Strategy nd on 4 gloo ranks: FSDP x TP and HSDP equal `single`; FSDP x TP checkpoints reshard.
+"""Strategy nd on 4 gloo ranks: FSDP x TP and HSDP equal `single`; FSDP x TP resumes exactly
+and its checkpoints reshard.
 
-One dp_shard 2 x tp 2 run serves the comparison and the checkpoint that
-fsdp (4 ranks) and single (1 process) resume from.
+One dp_shard 2 x tp 2 run serves the comparison, the exact resume and the checkpoint
+that fsdp (4 ranks) and single (1 process) resume from.
 """
 
 import pytest
@@ -12,13 +13,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.four_ranks, pytest.mark.timeout(1200
 
 @pytest.fixture(scope="module")
 def fsdp_tp(tmp_path_factory):
-    """dp_shard 2 x tp 2, 2 sequences per data-parallel rank; saves its last step."""
+    """dp_shard 2 x tp 2, 2 sequences per data-parallel rank; saves every step (keeps 3-5)."""
     tmp = tmp_path_factory.mktemp("dp2-tp2")
-    saving = ["--save-every", 5, "--checkpoint-dir", tmp / "ckpt", "--record-digests"]
+    saving = ["--save-every", 1, "--checkpoint-dir", tmp / "ckpt", "--record-digests"]
     args = ["--dp-shard", 2, "--tp", 2, "--micro-batch-size", 2, *SGD, *saving]
     done, result, state = launch("nd", tmp, *args, nproc=4)
     assert done.returncode == 0, done.stderr
     return result, state, tmp / "ckpt" / "step_00000005"
+
+
+def test_fsdp_by_tp_resumes_exactly_under_its_own_layout(fsdp_tp, tmp_path):
+    saved, _, last = fsdp_tp
+    args = ["--dp-shard", 2, "--tp", 2, "--micro-batch-size", 2, *SGD, "--record-digests"]
+    resume = ["--resume", last.with_name("step_00000003")]
+    done, result, _ = launch("nd", tmp_path, *args, *resume, nproc=4)
+    assert done.returncode == 0, done.stderr
+    assert result["checkpoint"]["resumed"]["exact"] is True
+    assert result["state_digests"] == saved["state_digests"]
 
 
 def test_fsdp_by_tp_equals_single(fsdp_tp, reference_sgd):
