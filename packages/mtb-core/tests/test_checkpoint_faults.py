@@ -61,7 +61,11 @@ def test_under_torchrun_a_refused_run_leaves_a_failure_document(tmp_path):
 
 @pytest.mark.slow
 def test_a_file_size_limit_fails_the_save_in_one_line_without_root(tmp_path):
-    """RLIMIT_FSIZE in the launched process (inherited by its workers): EFBIG, not SIGXFSZ."""
+    """RLIMIT_FSIZE in the launched process (inherited by its workers): EFBIG, not SIGXFSZ.
+
+    No bytecode is written under the cap: a module first imported there would leave
+    a cut-short .pyc behind for every later test (mtb.fault.launch does the same).
+    """
     import resource
 
     def cap():
@@ -69,9 +73,10 @@ def test_a_file_size_limit_fails_the_save_in_one_line_without_root(tmp_path):
 
     ck, out = tmp_path / "ck", tmp_path / "r.json"
     args = [*TWO_RANKS, "--checkpoint-dir", ck, "--steps", 4, "--output", out]
+    env = {**child_env(PLUGIN), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mtb", *map(str, args)],
-        env=child_env(PLUGIN), preexec_fn=cap, capture_output=True, text=True, timeout=240,
+        env=env, preexec_fn=cap, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr
     (line,) = error_lines(done)

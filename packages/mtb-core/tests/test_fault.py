@@ -117,3 +117,12 @@ def test_a_non_empty_workdir_is_refused(invoke, tmp_path):
     (tmp_path / "old").write_text("")
     result = invoke("fault", "smoke", "--strategy", "single", "--workdir", tmp_path)
     assert result.exit_code == 2
+
+
+def test_a_launch_under_a_file_size_cap_writes_no_bytecode(monkeypatch):
+    """A .pyc cut short at the cap would break every later import of its module."""
+    from mtb.fault.launch import _child_env
+
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    assert _child_env(200_000)["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert "PYTHONDONTWRITEBYTECODE" not in _child_env(None)

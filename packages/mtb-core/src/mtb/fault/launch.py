@@ -76,8 +76,17 @@ class Launch:
         }
 
 
-def _child_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in INHERITED}
+def _child_env(file_limit: int | None = None) -> dict:
+    """The environment minus torchrun's variables; under a file-size cap, no bytecode.
+
+    Python does not check how much of a ``.pyc`` it wrote: under RLIMIT_FSIZE
+    a module compiled on first import would be cut short at the cap and left
+    in the installation's ``__pycache__``, breaking every later import of it.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    if file_limit is not None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
 def _kill_group(pid: int) -> None:
@@ -103,7 +112,7 @@ def start(args: list[str], cwd, file_limit: int | None = None) -> subprocess.Pop
     return subprocess.Popen(
         [sys.executable, "-m", "mtb", *args],
         cwd=cwd,
-        env=_child_env(),
+        env=_child_env(file_limit),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
