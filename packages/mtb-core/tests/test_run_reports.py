@@ -147,7 +147,7 @@ def test_an_append_cut_short_by_a_file_size_limit_leaves_the_log_whole(tmp_path)
     log = tmp_path / "log.jsonl"
     log.write_text('{"a":1}\n')
     done = subprocess.run(
-        [sys.executable, "-c", APPEND_PAST_LIMIT, str(log), "4096"],
+        [sys.executable, "-B", "-c", APPEND_PAST_LIMIT, str(log), "4096"],  # -B: no .pyc cut short
         capture_output=True,
         text=True,
         timeout=60,
