@@ -38,7 +38,7 @@ def test_tensor_parallel_equals_single_with_clipping(layout, request, reference_
     assert_same_training(result, state, reference_sgd)
     assert grad_norms(result) == pytest.approx(grad_norms(reference_sgd[0]), rel=1e-5)
     assert clipped(result) == clipped(reference_sgd[0])
-    assert True in clipped(result) and False in clipped(result)
+    assert set(clipped(result)) == {True, False}  # some steps clip, others do not
 
 
 def test_layout_and_tokens_once_per_data_parallel_rank(tp2, tp2_sp):
