@@ -33,6 +33,8 @@ PACKAGES = {
     "report": "packages/mtb-report",
 }
 EXAMPLE = "examples/mtb-example-strategy"
+# each test session's JUnit XML and set-up time, for .ci/durations.py
+TIMINGS = ROOT / "results" / "test-timings"
 # optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed; the
 # topology check needs megatron-core; NVML bindings load without a GPU)
 EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}
@@ -159,6 +161,16 @@ def regular(*projects: str) -> list[str]:
 _apt_lists_fetched = []  # one `apt-get update` for all the sessions of a nox run
 
 
+def run_pytest(session: nox.Session, started: float, *args: str) -> None:
+    """pytest with its per-test durations kept (JUnit XML) and the session's set-up time
+    (installs, Debian packages) recorded beside them: ``python .ci/durations.py`` turns
+    them into docs/testing.md's tables."""
+    TIMINGS.mkdir(parents=True, exist_ok=True)
+    name = session.name.replace("(", "-").replace(")", "")
+    (TIMINGS / f"{name}.setup_s").write_text(f"{time.monotonic() - started:.1f}\n")
+    session.run("pytest", *args, f"--junitxml={TIMINGS / name}.xml", *session.posargs)
+
+
 def install_debian(session: nox.Session, package: str, command: str) -> None:
     """Debian's ``package`` unless ``command`` is already there (CI runs as root)."""
     if shutil.which(command) is not None:
@@ -202,6 +214,7 @@ def lint(session: nox.Session) -> None:
 @nox.parametrize("combo", [nox.param(name, id=name) for name in ("core", *PACKAGES, "all")])
 def tests(session: nox.Session, combo: str) -> None:
     """One package's tests with only what it needs installed; ``all``: the top-level tests/."""
+    started = time.monotonic()
     install_torch(session)
     if combo == "core":
         install_projects(session, *editable(f"{CORE}[test]"))
@@ -217,16 +230,17 @@ def tests(session: nox.Session, combo: str) -> None:
         target = f"{PACKAGES[combo]}/tests"
         if combo == "report":
             install_chromium(session)
-    session.run("pytest", target, *session.posargs)
+    run_pytest(session, started, target)
 
 
 @nox.session
 def plugin_example(session: nox.Session) -> None:
     """The example third-party plugin, installed for real next to mtb-core, used via mtb."""
+    started = time.monotonic()
     install_torch(session)
     install_projects(session, *regular(CORE, f"{EXAMPLE}[test]"))
     session.run("python", "-c", CHECK_NOT_EDITABLE)
-    session.run("pytest", f"{EXAMPLE}/tests", *session.posargs)
+    run_pytest(session, started, f"{EXAMPLE}/tests")
 
 
 @nox.session
