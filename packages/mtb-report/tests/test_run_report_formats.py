@@ -2,11 +2,14 @@
 
 import json
 
+import pytest
+
 from mtb_report.grouping import settings_key
 
 RUN = ["run", "--strategy", "single", "--preset", "tiny", "--steps", "2", "--warmup-steps", "1"]
 
 
+@pytest.mark.slow(reason="trains a run, renders it three ways with plots (58 s seen under load)")
 def test_a_run_renders_markdown_csv_and_html_beside_its_result(invoke, tmp_path):
     out = tmp_path / "result.json"
     reports = ["--report", "markdown", "--report", "csv", "--report", f"html:{tmp_path / 'r.html'}"]
