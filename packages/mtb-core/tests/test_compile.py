@@ -88,7 +88,7 @@ def test_a_strategy_that_cannot_compile_refuses_it():
         Plain().check(config, "cpu")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="torch.compile of the model takes minutes on a small CPU")
 @pytest.mark.timeout(1200)
 def test_compiled_single_run_matches_eager_and_reports_compile_time(invoke, tmp_path):
     """The suite's one compiling test: compiling is slow on a small CPU machine."""

@@ -69,7 +69,7 @@ def finish(process, timeout=200):
     return process.returncode, out, err
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="four cells, one of them waits out its timeout")
 def test_four_cells_end_ok_ok_timeout_oom_and_the_matrix_goes_on(tmp_path):
     spec = tmp_path / "four.toml"
     spec.write_text(FOUR)
@@ -100,7 +100,7 @@ def test_four_cells_end_ok_ok_timeout_oom_and_the_matrix_goes_on(tmp_path):
     assert not list((tmp_path / "out" / "running").glob("*"))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a matrix killed mid-way, then resumed: two launches")
 def test_a_killed_matrix_resumes_running_only_the_missing_cells(tmp_path):
     spec = tmp_path / "three.toml"
     spec.write_text(f'name = "three"\n{BASE}\n[axes]\nseed = [1, 2, 3]\n')
