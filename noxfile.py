@@ -35,6 +35,9 @@ PACKAGES = {
 EXAMPLE = "examples/mtb-example-strategy"
 # each test session's JUnit XML and set-up time, for .ci/durations.py
 TIMINGS = ROOT / "results" / "test-timings"
+# two pytest-xdist workers, one per core of the CI machine, each taking whole test files
+# (module fixtures such as the fault smoke run once); ``-- -n 0`` runs serially
+PARALLEL = ("-n", "2", "--dist", "loadfile")
 # optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed; the
 # topology check needs megatron-core; NVML bindings load without a GPU)
 EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}
@@ -162,13 +165,14 @@ _apt_lists_fetched = []  # one `apt-get update` for all the sessions of a nox ru
 
 
 def run_pytest(session: nox.Session, started: float, *args: str) -> None:
-    """pytest with its per-test durations kept (JUnit XML) and the session's set-up time
-    (installs, Debian packages) recorded beside them: ``python .ci/durations.py`` turns
-    them into docs/testing.md's tables."""
+    """pytest in PARALLEL, with its per-test durations kept (JUnit XML) and the session's
+    set-up time (installs, Debian packages) recorded beside them: ``python .ci/durations.py``
+    turns them into docs/testing.md's tables."""
     TIMINGS.mkdir(parents=True, exist_ok=True)
     name = session.name.replace("(", "-").replace(")", "")
     (TIMINGS / f"{name}.setup_s").write_text(f"{time.monotonic() - started:.1f}\n")
-    session.run("pytest", *args, f"--junitxml={TIMINGS / name}.xml", *session.posargs)
+    junit = f"--junitxml={TIMINGS / name}.xml"
+    session.run("pytest", *PARALLEL, *args, junit, *session.posargs)
 
 
 def install_debian(session: nox.Session, package: str, command: str) -> None:

@@ -26,6 +26,7 @@ def mtb_run(tmp_path, name, *extra):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow(reason="two 2-rank runs that save every step, in the foreground then not")
 @pytest.mark.timeout(400)
 def test_async_saves_match_sync_saves_and_block_less(tmp_path):
     sync = mtb_run(tmp_path, "sync")

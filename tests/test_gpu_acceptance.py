@@ -108,7 +108,7 @@ def test_mfu_targets_missed_are_reported_and_fail_nothing(tmp_path):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="every CPU item of the acceptance script, each a real mtb launch")
 @pytest.mark.timeout(1500)
 def test_cpu_mode_runs_every_item_that_needs_no_gpu(tmp_path):
     """The CPU mode CI runs: tiny models over gloo; the rest skipped, each with its reason."""

@@ -15,7 +15,10 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.slow(reason="each starts mtb in two network namespaces that meet"),
+]
 TINY = ["--strategy", "ddp", "--preset", "tiny", "--steps", "4", "--warmup-steps", "1"]
 TINY += ["--device", "cpu", "--peak-tflops", "1", "--timeout", "120"]  # the timeout last
 PORT = 29517

@@ -34,6 +34,7 @@ def continuous(tmp_path_factory):
     return get
 
 
+@pytest.mark.slow(reason="three 2-rank launches: continuous, killed, resumed (ZeRO: DeepSpeed)")
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     ("strategy", "layout"), [("fsdp", ()), ("zero2", ()), ("zero3", ()), ("nd", ("--tp", "2"))]
