@@ -42,6 +42,10 @@ PARALLEL = ("-n", "2", "--dist", "loadfile")
 # topology check needs megatron-core; NVML bindings load without a GPU)
 EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}
 
+# DeepSpeed compiles its shared-memory collective op (g++, about 40 s) the first time a
+# process group starts on CPU; built in the session's set-up, so that no test is charged
+BUILD_DEEPSPEED_OPS = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+
 # Fails unless mtb and the example plugin are imported from site-packages,
 # i.e. installed as real distributions rather than linked to the source tree.
 # the session interpreter's site-packages and version (the staged torch is per version)
@@ -234,6 +238,8 @@ def tests(session: nox.Session, combo: str) -> None:
         target = f"{PACKAGES[combo]}/tests"
         if combo == "report":
             install_chromium(session)
+        if combo == "strategies":
+            session.run("python", "-c", BUILD_DEEPSPEED_OPS)
     run_pytest(session, started, target)
 
 
