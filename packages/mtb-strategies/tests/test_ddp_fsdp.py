@@ -4,6 +4,11 @@ A NaN on one ddp rank and distinct dropout masks on ddp ranks are checked by the
 smoke (tests/test_fault_smoke.py), whose runs are ddp runs with dropout.
 """
 
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
 import pytest
 from conftest import (
     accumulated,
@@ -129,3 +134,23 @@ def test_clipping_matches_single_on_the_same_global_batch(runs, clipped_single, 
     assert all(s["clipped"] for s in steps)
     assert grad_norms(result) == pytest.approx(grad_norms(single[0]), rel=1e-4)
     assert_same_training(result, state, single)
+
+
+@pytest.mark.slow(reason="two launches, single and 2-rank ddp, on one token file")
+def test_two_ranks_match_single_on_a_token_file(tmp_path):
+    """Real data keeps the equality: a Megatron indexed dataset of Python's own source
+    bytes (the tiny vocabulary is 256), written by numpy in Megatron-LM's layout."""
+    tokens = np.frombuffer(Path(json.__file__).read_bytes(), dtype=np.uint8).astype(np.uint16)
+    prefix = tmp_path / "text_document"
+    tokens.tofile(f"{prefix}.bin")
+    header = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 1, 2)
+    index = np.array([len(tokens)], np.int32).tobytes() + np.array([0, 0, 1], np.int64).tobytes()
+    Path(f"{prefix}.idx").write_bytes(header + index)
+    data = ["--data", prefix]
+    single = launch("single", tmp_path, *data, "--micro-batch-size", 4, nproc=1, name="single")
+    accumulating = ["--micro-batch-size", 1, "--grad-accum-steps", 2]
+    ddp = launch("ddp", tmp_path, *data, *accumulating, name="ddp")
+    for done, result, _ in (single, ddp):
+        assert done.returncode == 0, done.stderr
+        assert result["components"]["data_source"]["name"] == "megatron"
+    assert_same_training(ddp[1], ddp[2], single[1:])

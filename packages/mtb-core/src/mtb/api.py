@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from mtb.config import to_dict as config_to_dict
     from mtb.config import to_toml as config_to_toml
     from mtb.console import plain_console, stdout
-    from mtb.data import Batch, SyntheticTokens
+    from mtb.data import Batch, GlobalBatch, SyntheticTokens, TokenWindows
     from mtb.documents import (
         SCHEMA_VERSION,
         default_output,
@@ -124,6 +124,8 @@ _LAZY = {
     "node_provenance": ("mtb.launch", "node_provenance"),
     "GPT": ("mtb.model", "GPT"),
     "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
+    "GlobalBatch": ("mtb.data", "GlobalBatch"),
+    "TokenWindows": ("mtb.data", "TokenWindows"),
     "Batch": ("mtb.data", "Batch"),
     "StepMetrics": ("mtb.metrics", "StepMetrics"),
     "SaveRecord": ("mtb.checkpoint.lifecycle", "SaveRecord"),
@@ -155,6 +157,7 @@ __all__ = [
     "CheckpointBackend",
     "ConfigError",
     "Engine",
+    "GlobalBatch",
     "LaunchConfig",
     "LaunchTimeout",
     "Layout",
@@ -177,6 +180,7 @@ __all__ = [
     "Strategy",
     "StrategyOption",
     "SyntheticTokens",
+    "TokenWindows",
     "UsageError",
     "above_peak",
     "analyse_trace",

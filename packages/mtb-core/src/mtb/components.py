@@ -1,11 +1,11 @@
 """Which plugin provided each component a run used, recorded in its result.
 
 ``plugins`` lists what was installed; ``components`` says which distribution
-the strategy, checkpoint backend, profiler and reporters that produced the
+the strategy, checkpoint backend, profiler, reporters and data source that produced the
 numbers came from, so an impostor ``ddp`` from another distribution shows.
 """
 
-from mtb import run_reports
+from mtb import data_sources, run_reports
 from mtb.checkpoint.backend import backend_name
 
 #: the reporter that writes every run's result file
@@ -53,4 +53,12 @@ def record(pm, config) -> dict:
         "checkpoint_backend": single("checkpoint_backend"),
         "profiler": single("profiler"),
         "reporters": [origin(pm, "reporter", name) for name in names["reporter"]],
+        "data_source": data_source(pm, config),
     }
+
+
+def data_source(pm, config) -> dict | None:
+    """The data source ``--data`` resolved to (data sources take no options of their own,
+    so ``used`` leaves them out); None when nothing serves the value."""
+    name = data_sources.name_of(pm, config)
+    return origin(pm, "data_source", name) if name else None

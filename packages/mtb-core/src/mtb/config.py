@@ -180,9 +180,22 @@ class ModelConfig:
 
 @attrs.define(kw_only=True)
 class DataConfig:
-    """Synthetic token batches: deterministic in (seed, step, micro-step, dp rank)."""
+    """Token batches, synthetic or from a file: deterministic in (seed, step, global sample)."""
 
     SECTION = "data"
+
+    source: str = setting(
+        "synthetic",
+        help="synthetic, or a token file: a nanoGPT .bin or a Megatron PREFIX (.bin + .idx)",
+        flag="--data",
+        metavar="synthetic|PATH",
+    )
+    dtype: str = setting(
+        "uint16",
+        help="token id type of a headerless nanoGPT .bin (a Megatron index says its own)",
+        choices=("uint16", "int32", "uint32"),
+        flag="--data-dtype",
+    )
 
     seed: int = setting(
         1234, help="seed of model init and synthetic data", minimum=0, maximum=MAX_SEED

@@ -74,6 +74,19 @@ def mtb_register_reporters(register: "Callable[[Reporter], None]") -> None:
 
 
 @hookspec
+def mtb_register_data_sources(register: "Callable[[Any], None]") -> None:
+    """Register data sources: where a run's tokens come from (``--data``, ``data.source``).
+
+    Call ``register(source)`` with an object that has a ``name``, a ``description``,
+    ``recognizes(value) -> bool`` (does ``--data VALUE`` name data of this kind; the
+    first registered source that says yes serves it), ``check(config)`` (raise
+    :class:`mtb.api.UsageError` naming ``data.source`` before launch) and
+    ``sampler(config, context) -> mtb.api.GlobalBatch`` (the batches of one rank,
+    deterministic in seed, step and global sample index).
+    """
+
+
+@hookspec
 def mtb_register_commands(cli: "click.Group", pm: "pluggy.PluginManager") -> None:
     """Add click sub-commands to the ``mtb`` group passed as ``cli``.
 

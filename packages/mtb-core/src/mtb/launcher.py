@@ -15,7 +15,16 @@ from pathlib import Path
 
 import attrs
 
-from mtb import components, gpu_guard, memory, output_paths, provenance, run_options, run_reports
+from mtb import (
+    components,
+    data_sources,
+    gpu_guard,
+    memory,
+    output_paths,
+    provenance,
+    run_options,
+    run_reports,
+)
 from mtb.checkpoint import lock as checkpoint_lock
 from mtb.documents import default_output, document_provenance, plugin_list, write_result
 from mtb.errors import Interrupted, RunFailed, UsageError, found_in, one_line, warn
@@ -54,6 +63,7 @@ def preflight(config, pm) -> None:
     if device_type == "cpu" and (crowded := cpu_oversubscription(config.launch.nproc_per_node)):
         warn(crowded)
     strategy.check(config, device_type)
+    data_sources.resolve(pm, config.data.source).check(config)
     strategy.check_layout(Layout.of(config))
     output_paths.check_run(config)
     run_reports.check(config, pm)

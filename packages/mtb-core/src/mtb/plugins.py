@@ -23,6 +23,7 @@ DEFAULT_PLUGINS = (
     "mtb.reporters.json_reporter",
     "mtb.checkpoint.dcp_backend",
     "mtb.profiling.torch_profiler",
+    "mtb.data_sources",
     "mtb.cli.commands",
 )
 

@@ -15,10 +15,11 @@ import time
 import attrs
 import torch
 
+from mtb import data_sources
 from mtb.checkpoint.session import CheckpointSession
 from mtb.clock import PhaseClock
 from mtb.compiling import CompileTimer, check_measured, compile_blocks
-from mtb.data import SyntheticTokens
+from mtb.data import GlobalBatch
 from mtb.distributed import rank_rows
 from mtb.engine import StepHooks, make_optimizer, norm_shard
 from mtb.errors import NonFiniteError
@@ -86,17 +87,10 @@ class Trainer:
         self.range = ranges(False)
         self.moe_layers: list = []
 
-    def data(self) -> SyntheticTokens:
-        cfg = self.context.config
-        return SyntheticTokens(
-            vocab_size=cfg.model.vocab_size,
-            seq_len=cfg.model.seq_len,
-            micro_batch_size=cfg.data.micro_batch_size,
-            seed=cfg.data.seed,
-            dp_rank=self.context.dp_rank,
-            dp_world_size=self.context.dp_world_size,
-            device=self.context.device,
-        )
+    def data(self) -> GlobalBatch:
+        """This rank's batches from the run's data source (``data.source``)."""
+        source = data_sources.resolve(self.pm, self.context.config.data.source)
+        return source.sampler(self.context.config, self.context)
 
     def run_trial(self, trial: int, on_step=None, profiler=None) -> TrialRecord:
         """One trial; ``profiler`` (a profiler session) is stepped after every step."""
