@@ -42,6 +42,7 @@ def test_an_impostor_strategy_shows_its_own_plugin_and_distribution(pm, tmp_path
         "checkpoint_backend": core("dcp", "mtb.checkpoint.dcp_backend"),
         "profiler": None,
         "reporters": [core("json", "mtb.reporters.json_reporter")],
+        "data_source": core("synthetic", "mtb.data_sources"),
     }
 
 

@@ -16,6 +16,7 @@ exact resume needs no data position in the checkpoint: the step says it all.
 """
 
 import attrs
+import numpy as np
 import torch
 
 from mtb.seeding import mix_seed
@@ -91,7 +92,7 @@ class TokenWindows(GlobalBatch):
     only the windows drawn are read), starting anywhere, across document boundaries
     as nanoGPT and Megatron-LM sample them."""
 
-    tokens: object  # a 1-D numpy array of integers below vocab_size (checked before launch)
+    tokens: np.ndarray  # 1-D, integer ids below vocab_size (checked before launch)
 
     def sequences(self, step: int, samples: range) -> torch.Tensor:
         span = self.seq_len + 1

@@ -8,13 +8,22 @@ source that recognizes the value serves it, in registration order: core's
 however ranks and micro-batches split it, whatever the source.
 """
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from mtb import hookimpl
 from mtb.errors import UsageError
-from mtb.token_files import FIELD, check_tokens, megatron_prefix, open_megatron, open_nanogpt
+from mtb.token_files import (
+    FIELD,
+    TokenFile,
+    check_tokens,
+    megatron_prefix,
+    open_megatron,
+    open_nanogpt,
+)
 
 
 def geometry(config, context) -> dict:
@@ -54,8 +63,8 @@ class TokenFileSource:
 
     name: str
     description: str
-    recognizer: object
-    opener: object
+    recognizer: Callable[[str], object]
+    opener: Callable[[Any], TokenFile]
 
     def recognizes(self, source: str) -> bool:
         return bool(self.recognizer(source))
@@ -77,7 +86,7 @@ MEGATRON = TokenFileSource(
     "megatron",
     "Megatron-LM indexed dataset: PREFIX.bin + PREFIX.idx",
     megatron_prefix,
-    lambda config: open_megatron(megatron_prefix(config.data.source)),
+    lambda config: open_megatron(megatron_prefix(config.data.source) or config.data.source),
 )
 NANOGPT = TokenFileSource(
     "nanogpt",
