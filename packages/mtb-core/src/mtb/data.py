@@ -15,6 +15,8 @@ start drawn from the same seed, so real data keeps both properties, and an
 exact resume needs no data position in the checkpoint: the step says it all.
 """
 
+import abc
+
 import attrs
 import numpy as np
 import torch
@@ -40,7 +42,7 @@ class Batch:
 
 
 @attrs.define
-class GlobalBatch:
+class GlobalBatch(abc.ABC):
     """The micro-batch for (step, micro_step) on one data-parallel rank; subclasses say
     what sequence each global sample index holds (``sequences``)."""
 
@@ -59,9 +61,9 @@ class GlobalBatch:
     def generator(self, step: int, sample: int) -> torch.Generator:
         return torch.Generator().manual_seed(sample_seed(self.seed, step, sample))
 
+    @abc.abstractmethod
     def sequences(self, step: int, samples: range) -> torch.Tensor:
         """``len(samples)`` rows of ``seq_len + 1`` token ids (int64)."""
-        raise NotImplementedError
 
     def batch(self, step: int, micro_step: int) -> Batch:
         first = self.first_sample(micro_step)
