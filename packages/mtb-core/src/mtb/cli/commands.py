@@ -11,6 +11,7 @@ from mtb.hookspecs import hookimpl
 @hookimpl
 def mtb_register_commands(cli, pm):
     from mtb.cli.checkpoint_command import checkpoint_group
+    from mtb.cli.data_command import data_group
     from mtb.cli.doctor_command import doctor_command
     from mtb.cli.estimate_command import estimate_command
     from mtb.cli.matrix_command import matrix_group
@@ -27,5 +28,6 @@ def mtb_register_commands(cli, pm):
         doctor_command,
         matrix_group,
         estimate_command,
+        data_group,
     ):
         cli.add_command(command)
