@@ -273,7 +273,7 @@ def gpu(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks with every package installed: bench.json, strategies, layouts, checkpoint, comm,
-    profiling, memory pressure, MoE.
+    profiling, memory pressure, MoE, data loading.
 
     Arguments after ``--`` go to bench.py (harness overhead of single, and of ddp and
     fsdp on 2 CPU ranks; start-up).
@@ -292,3 +292,4 @@ def bench(session: nox.Session) -> None:
         "python", "benchmarks/memory_pressure.py", "--output", "results/memory-pressure.json"
     )
     session.run("python", "benchmarks/moe.py", "--output", "results/moe.json")
+    session.run("python", "benchmarks/data_loading.py", "--output", "results/data-loading.json")

@@ -261,3 +261,16 @@ def test_moe_training_runs_get_routing_figures_and_a_tokens_per_expert_plot(invo
     assert cells[4] == f"{moe['imbalance']:,.3f}"
     titles = [title for title, png in figures([document]) if png.startswith(b"\x89PNG")]
     assert "Tokens per expert (training)" in titles
+
+
+def test_loss_curves_name_the_data_and_skip_short_runs():
+    from mtb_report.plots import MIN_CURVE_STEPS, data_label, figures
+
+    document = json.loads((FIXTURES / "moe" / "moe-ddp-ep2.json").read_text())
+    steps = [{**document["trials"][0]["steps"][0], "step": n} for n in range(MIN_CURVE_STEPS)]
+    long = {**document, "trials": [{**document["trials"][0], "steps": steps}]}
+    on_file = {**long, "config": {**long["config"], "data": {"source": "data/corpus"}}}
+    assert (data_label(long), data_label(on_file)) == ("synthetic", "corpus")
+    short = {**long, "trials": [{**long["trials"][0], "steps": steps[:-1]}]}
+    assert "Training loss per step" in [title for title, _ in figures([long, on_file])]
+    assert "Training loss per step" not in [title for title, _ in figures([short])]

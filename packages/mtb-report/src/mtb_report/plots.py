@@ -4,6 +4,7 @@ matplotlib is imported inside :func:`figures` so that loading the plugin stays c
 """
 
 import io
+from pathlib import PurePath
 
 from mtb_report import grouping
 from mtb_report.kinds import rows_of
@@ -123,6 +124,32 @@ def step_breakdown(plt, documents):
     return figure
 
 
+#: a run plots its loss curve from this many measured steps: fewer say nothing of learning
+MIN_CURVE_STEPS = 10
+
+
+def data_label(document: dict) -> str:
+    """What the run trained on: ``synthetic`` or the token file's name."""
+    source = document.get("config", {}).get("data", {}).get("source", "synthetic")
+    return "synthetic" if source == "synthetic" else PurePath(source).name
+
+
+def loss_curves(plt, documents):
+    """Loss per measured step of each run's first trial, named by its data, so a run on a
+    token file and one on synthetic tokens show side by side."""
+    runs = [d for d in measured(documents) if len(d["trials"][0]["steps"]) >= MIN_CURVE_STEPS]
+    if not runs:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for document in runs:
+        steps = [s for s in document["trials"][0]["steps"] if s.get("loss") is not None]
+        label = f"{row_label(train_record(document))} on {data_label(document)}"
+        axes.plot([s["step"] for s in steps], [s["loss"] for s in steps], label=label)
+    axes.set(xlabel="step", ylabel="loss", title="Training loss per step")
+    legend_outside(axes)
+    return figure
+
+
 def series_label(row: dict) -> str:
     return " ".join(str(row[k]) for k in ("operation", "placement") if row.get(k))
 
@@ -162,6 +189,7 @@ PLOTS = (
     throughput_scaling,
     memory_per_rank,
     step_breakdown,
+    loss_curves,
     bus_bandwidth,
     tokens_per_expert,
     train_tokens_per_expert,
