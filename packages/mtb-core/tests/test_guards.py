@@ -87,7 +87,7 @@ def test_estimate_covers_tensor_and_pipeline_parallel_layouts(invoke, pm):
     assert staged["parameters"] == 4 * (12_512 + 192 + 9_216)
     refused = invoke("estimate-memory", "--world-size", "4", "--tp", "3")
     assert refused.exit_code == 2
-    assert "parallel.dp_shard: -1 needs dp_replicate 1 x tp 3" in refused.output
+    assert "parallel.dp_shard: -1 needs dp_replicate 1 x cp 1 x tp 3" in refused.output
 
 
 @pytest.mark.parametrize(

@@ -60,8 +60,8 @@ def step(rank):
 def test_layout_in_the_result_names_its_order():
     record = Layout.of(config(4, tp=2)).as_dict()
     assert record["label"] == "dp2·tp2"
-    assert record["rank_order"] == "tp-dp-pp"
-    assert record["mesh_dims"] == ["pp", "dp_replicate", "dp_shard", "tp"]
+    assert record["rank_order"] == "tp-cp-dp-pp"
+    assert record["mesh_dims"] == ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
 
 
 @pytest.mark.parametrize(

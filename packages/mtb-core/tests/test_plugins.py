@@ -59,7 +59,7 @@ def test_builtins_register_through_the_same_hooks(pm):
     assert pm.info("mtb.strategies.single").distribution == "mtb-core"
 
 
-CORE_COMMANDS = ["checkpoint", "doctor", "estimate-memory", "fault", "matrix", "plugins"]
+CORE_COMMANDS = ["checkpoint", "data", "doctor", "estimate-memory", "fault", "matrix", "plugins"]
 CORE_COMMANDS += ["profile", "run"]
 
 

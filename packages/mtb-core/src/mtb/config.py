@@ -364,7 +364,7 @@ PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 class ParallelConfig:
     """The parallel layout: how the world's ranks split into mesh dimensions.
 
-    The product dp_replicate x dp_shard x tp x pp must equal the world size;
+    The product dp_replicate x dp_shard x cp x tp x pp must equal the world size;
     ``dp_shard = -1`` takes whatever is left. ``ep`` is not a factor of its own:
     expert-parallel groups are carved out of the data-parallel ranks. Checked
     against the world size and the model by :func:`mtb.layout.Layout.of` before launch.
@@ -382,6 +382,12 @@ class ParallelConfig:
         minimum=-1,
         maximum=65536,
         shown_default="-1 (what is left)",
+    )
+    cp: int = setting(
+        1,
+        help="context-parallel degree: each sequence split over cp ranks (ring attention)",
+        minimum=1,
+        maximum=1024,
     )
     tp: int = setting(1, help="tensor-parallel degree", minimum=1, maximum=1024)
     pp: int = setting(1, help="pipeline-parallel stages (ranks)", minimum=1, maximum=1024)

@@ -2,10 +2,14 @@
 
 One layout per run, resolved from ``[parallel]`` and the world size, checked
 against the model before any process starts, and written into the result. The
-rank order is Megatron-LM's default: tensor parallel varies fastest, then data
-parallel (replicate outside shard), then pipeline parallel, so
+rank order is Megatron-LM's default: tensor parallel varies fastest, then context
+parallel, then data parallel (replicate outside shard), then pipeline parallel, so
 
-    rank = tp_rank + tp x (dp_shard_rank + dp_shard x (dp_replicate_rank + dp_replicate x pp_rank))
+    rank = tp_rank + tp x (cp_rank + cp x (dp_shard_rank + dp_shard x (dp_replicate_rank
+           + dp_replicate x pp_rank)))
+
+Context-parallel peers hold chunks of the same sequences, so they share their
+data-parallel rank (and batch), as tensor- and pipeline-parallel peers do.
 
 Expert parallelism is no factor of the world size: ``ep`` ranks are carved out
 of the data-parallel ranks (they see different batches), as torchtitan does.
@@ -20,13 +24,20 @@ import attrs
 from mtb.errors import ConfigError
 
 #: mesh dimensions, slowest-varying first (the order of ``init_device_mesh``)
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 #: the rank order written into results, fastest first
-RANK_ORDER = "tp-dp-pp"
+RANK_ORDER = "tp-cp-dp-pp"
 #: how each dimension is named in a layout's label, in label order
-LABELS = (("dp_replicate", "rep"), ("dp_shard", "dp"), ("tp", "tp"), ("pp", "pp"), ("ep", "ep"))
+LABELS = (
+    ("dp_replicate", "rep"),
+    ("dp_shard", "dp"),
+    ("cp", "cp"),
+    ("tp", "tp"),
+    ("pp", "pp"),
+    ("ep", "ep"),
+)
 #: dimensions beyond plain data parallelism that a strategy must declare it takes
-MODEL_DIMS = ("dp_replicate", "tp", "pp", "ep")
+MODEL_DIMS = ("dp_replicate", "cp", "tp", "pp", "ep")
 
 
 @attrs.frozen(kw_only=True)
@@ -35,6 +46,7 @@ class Layout:
 
     dp_replicate: int = 1
     dp_shard: int = 1
+    cp: int = 1
     tp: int = 1
     pp: int = 1
     ep: int = 1
@@ -48,6 +60,7 @@ class Layout:
         layout = cls(
             dp_replicate=parallel.dp_replicate,
             dp_shard=dp_shard,
+            cp=parallel.cp,
             tp=parallel.tp,
             pp=parallel.pp,
             ep=parallel.ep,
@@ -55,10 +68,12 @@ class Layout:
         if layout.world_size != world:
             raise ConfigError(
                 "parallel",
-                f"dp_replicate {layout.dp_replicate} x dp_shard {dp_shard} x tp {layout.tp} "
-                f"x pp {layout.pp} = {layout.world_size} must equal the world size {world}",
+                f"dp_replicate {layout.dp_replicate} x dp_shard {dp_shard} x cp {layout.cp} "
+                f"x tp {layout.tp} x pp {layout.pp} = {layout.world_size} must equal the "
+                f"world size {world}",
             )
         _check_model(layout, config)
+        _check_context(layout, config)
         _check_pipeline(layout, config)
         if layout.dp % layout.ep:
             raise ConfigError(
@@ -75,8 +90,14 @@ class Layout:
         return self.dp_replicate * self.dp_shard
 
     @property
+    def state_shards(self) -> int:
+        """Ranks a sharding strategy splits model state over: dp_shard, times cp (whose
+        ranks hold the same parameters and join the shard dimension)."""
+        return self.dp_shard * self.cp
+
+    @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.cp * self.tp * self.pp
 
     @property
     def mesh_shape(self) -> tuple[int, ...]:
@@ -107,9 +128,10 @@ class Layout:
         return at["dp_replicate"] * self.dp_shard + at["dp_shard"]
 
     def counts_tokens(self, rank: int) -> bool:
-        """One rank per data-parallel rank (tp 0, pp 0) stands for its batch in token counts."""
+        """One rank per data-parallel rank (cp 0, tp 0, pp 0) stands for its batch in token
+        counts."""
         at = self.coordinates(rank)
-        return at["tp"] == 0 and at["pp"] == 0
+        return at["cp"] == 0 and at["tp"] == 0 and at["pp"] == 0
 
     def beyond_data_parallel(self) -> list[str]:
         """The dimensions above 1 that a pure data-parallel strategy cannot take."""
@@ -129,12 +151,12 @@ class Layout:
 def _resolve_shard(parallel, world: int) -> int:
     if parallel.dp_shard != -1:
         return parallel.dp_shard
-    others = parallel.dp_replicate * parallel.tp * parallel.pp
+    others = parallel.dp_replicate * parallel.cp * parallel.tp * parallel.pp
     if world % others:
         raise ConfigError(
             "parallel.dp_shard",
-            f"-1 needs dp_replicate {parallel.dp_replicate} x tp {parallel.tp} x pp "
-            f"{parallel.pp} = {others} to divide the world size {world}",
+            f"-1 needs dp_replicate {parallel.dp_replicate} x cp {parallel.cp} x tp "
+            f"{parallel.tp} x pp {parallel.pp} = {others} to divide the world size {world}",
         )
     return world // others
 
@@ -147,6 +169,24 @@ def _check_model(layout: Layout, config) -> None:
             raise ConfigError("parallel.tp", f"{layout.tp} must divide model.{field}={value}")
     if config.parallel.sequence_parallel and layout.tp == 1:
         raise ConfigError("parallel.sequence_parallel", "needs parallel.tp > 1")
+
+
+def _check_context(layout: Layout, config) -> None:
+    """cp splits each sequence into 2 x cp equal chunks (rank i holds i and 2cp-1-i)."""
+    if layout.cp == 1:
+        return
+    seq_len, chunks = config.model.seq_len, 2 * layout.cp
+    if seq_len % chunks:
+        raise ConfigError(
+            "parallel.cp",
+            f"{layout.cp}: 2 x cp = {chunks} chunks must divide model.seq_len={seq_len}",
+        )
+    if config.model.dropout:
+        raise ConfigError(
+            "parallel.cp",
+            f"{layout.cp}: ring attention applies no dropout; needs model.dropout=0 "
+            f"(got {config.model.dropout})",
+        )
 
 
 def _check_pipeline(layout: Layout, config) -> None:
@@ -200,10 +240,8 @@ def _check_experts(layout: Layout, config) -> None:
     """ep shards the experts of every MoE layer: there must be experts, in equal shares."""
     experts = config.model.moe_experts
     if layout.ep > 1 and (not experts or experts % layout.ep):
-        what = "an MoE model (model.moe_experts > 0)" if not experts else f"{experts} experts"
-        raise ConfigError(
-            "parallel.ep", f"{layout.ep} must divide model.moe_experts; it needs {what}"
-        )
+        what = f"model.moe_experts={experts}" if experts else "an MoE model (model.moe_experts > 0)"
+        raise ConfigError("parallel.ep", f"{layout.ep} must divide {what}")
 
 
 def microbatches_of(config) -> int:

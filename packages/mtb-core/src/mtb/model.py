@@ -16,13 +16,22 @@ from mtb.config import ModelConfig
 from mtb.moe import MoE
 
 
+def causal_attention(q, k, v, dropout: float) -> torch.Tensor:
+    """Causal softmax attention of a whole sequence (heads on dim 1), as SDPA computes it."""
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+
+
 class CausalSelfAttention(nn.Module):
+    """``attend`` is the attention kernel: context parallelism swaps in a ring over the cp
+    ranks, each holding chunks of the sequence."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.head_dim = cfg.d_model // cfg.n_heads
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.attend = causal_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``qkv`` holds each head's q, k and v rows together (Megatron-LM's order).
@@ -34,7 +43,7 @@ class CausalSelfAttention(nn.Module):
         qkv = self.qkv(x).view(batch, seq, -1, 3, self.head_dim)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))
         dropout = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        y = self.attend(q, k, v, dropout)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -85,6 +94,8 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight
+        #: the positions of the tokens this rank holds; None: 0..seq-1 (set under cp)
+        self.positions: torch.Tensor | None = None
         self.apply(self._init_weights)
         residual_std = 0.02 / math.sqrt(2 * cfg.n_layers)
         for block in self._blocks():
@@ -120,8 +131,7 @@ class GPT(nn.Module):
 
         With MoE layers the loss adds their weighted router losses.
         """
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions))
+        x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions_of(self.positions, tokens)))
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))
@@ -132,6 +142,13 @@ class GPT(nn.Module):
             if layer.aux_loss is not None:  # set by the layer's forward just run
                 loss = loss + layer.aux_loss
         return loss
+
+
+def positions_of(positions: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
+    """The position ids of ``tokens``: the ones a context-parallel rank was given, or 0..S-1."""
+    if positions is not None:
+        return positions
+    return torch.arange(tokens.shape[1], device=tokens.device)
 
 
 def _ffn_parameters(cfg: ModelConfig, index: int, active: bool = False) -> int:

@@ -115,7 +115,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
     layout = context.layout
     estimate = strategy.state_bytes_estimate(
         rank_parameter_count(cfg.model, layout.tp, layout.pp),
-        layout.dp_shard,
+        layout.state_shards,
         cfg.training,
         experts=expert_parameter_count(cfg.model),
         ep=layout.ep,

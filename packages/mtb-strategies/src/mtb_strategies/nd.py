@@ -19,6 +19,6 @@ class NDStrategy(TorchDataParallelStrategy):
     default_sync_mode = "every"
     description = "N-D layout on one DeviceMesh: tensor/sequence parallel, FSDP2, HSDP"
     precisions: ClassVar[dict] = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16")}
-    parallel_dims = ("dp_replicate", "tp", "pp")
+    parallel_dims = ("dp_replicate", "cp", "tp", "pp")
     sharded_states = FSDPStrategy.sharded_states
     options = FSDPStrategy.options

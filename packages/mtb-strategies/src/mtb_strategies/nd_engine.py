@@ -4,6 +4,7 @@ import contextlib
 
 from torch.distributed.fsdp import FSDPModule
 
+from mtb_strategies import context_parallel
 from mtb_strategies import mesh as meshes
 from mtb_strategies.fsdp_engine import FSDPEngine, shard
 from mtb_strategies.sync_modes import SyncCounter
@@ -19,10 +20,12 @@ class NDEngine(FSDPEngine):
     there) and reported per step in the result's strategy details.
     """
 
-    def __init__(self, model, optimizer, context, sync_mode, counter, tp_group=None):
+    def __init__(self, model, optimizer, context, sync_mode, counter, tp_group=None, ring=None):
         super().__init__(model, optimizer, context, sync_mode, counter)
         self.tp_counter = None if tp_group is None else CollectiveCounter(tp_group.group_name)
         self.tp_counts: dict | None = None
+        self.ring = ring
+        self.ring_steps = context_parallel.RingSteps(ring)
 
     @classmethod
     def build(cls, model, make_optimizer, context, sync_mode: str):
@@ -35,13 +38,16 @@ class NDEngine(FSDPEngine):
         tp = meshes.tp_mesh(mesh, layout)
         if tp is not None:
             parallelize(model, tp, context.config.parallel.sequence_parallel)
+        ring = meshes.cp_ring(mesh, context)
+        if ring is not None:
+            context_parallel.install(model, ring)
         dp = meshes.dp_mesh(mesh, layout)
         counter = SyncCounter()
         if dp is not None:
             shard(model, context, counter, dp)
         optimizer = make_optimizer(model.parameters())
         group = None if tp is None else tp.get_group()
-        return cls(model, optimizer, context, sync_mode, counter, group)
+        return cls(model, optimizer, context, sync_mode, counter, group, ring)
 
     @property
     def sharded(self) -> bool:
@@ -66,6 +72,8 @@ class NDEngine(FSDPEngine):
         return self.tp_counter
 
     def forward(self, batch):
+        if self.ring is not None:
+            batch = context_parallel.local_batch(batch, self.ring)
         with self.counting():
             return super().forward(batch)
 
@@ -82,7 +90,11 @@ class NDEngine(FSDPEngine):
         info = super().optimizer_step(max_grad_norm, grad_norm)
         if self.tp_counter is not None and self.tp_counts is None:
             self.tp_counts = dict(sorted(self.tp_counter.counts.items()))
+        self.ring_steps.mark()
         return info
+
+    def rank_metrics(self, warmup_steps: int) -> dict:
+        return {**super().rank_metrics(warmup_steps), **self.ring_steps.metrics(warmup_steps)}
 
     def details(self) -> dict:
         details = super().details()

@@ -35,10 +35,14 @@ class StageModule(nn.Module):
         self.on_output = None
         #: the micro-batch being computed (set by the timed stage around each forward)
         self.micro: int | None = None
+        #: the positions of the tokens this rank holds; None: 0..seq-1 (set under cp)
+        self.positions: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.first:
-            positions = torch.arange(x.shape[1], device=x.device)
+            positions = self.positions
+            if positions is None:
+                positions = torch.arange(x.shape[1], device=x.device)
             x = self.drop(self.tok_emb(x) + self.pos_emb(positions))
         for block in self.blocks.values():
             x = block(x)

@@ -48,7 +48,7 @@ def estimates(pm, preset: str, world_size: int, training, only: str | None, tp=1
             row["note"] = note
         else:
             estimate = strategy.state_bytes_estimate(
-                rank_parameters, layout.dp_shard, training, experts, ep
+                rank_parameters, layout.state_shards, training, experts, ep
             )
             row.update(estimate)
             if experts:

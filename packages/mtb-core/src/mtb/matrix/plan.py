@@ -135,7 +135,7 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
     parameters = rank_parameter_count(config.model, layout.tp, layout.pp)
     estimate = strategy.state_bytes_estimate(
         parameters,
-        layout.dp_shard,
+        layout.state_shards,
         config.training,
         experts=expert_parameter_count(config.model),
         ep=layout.ep,
