@@ -114,11 +114,11 @@ def test_a_change_of_expert_count_is_refused_in_one_line(runs, tmp_path):
     [
         (
             ["--strategy", "ddp", "--ep", "2", "--moe-experts", "3"],
-            "parallel.ep: 2 must divide model.moe_experts; it needs 3 experts",
+            "parallel.ep: 2 must divide model.moe_experts=3",
         ),
         (
             ["--strategy", "fsdp", "--ep", "2", "--preset", "tiny"],
-            "parallel.ep: 2 must divide model.moe_experts; it needs an MoE model",
+            "parallel.ep: 2 must divide an MoE model (model.moe_experts > 0)",
         ),
         (
             ["--strategy", "zero2"],
