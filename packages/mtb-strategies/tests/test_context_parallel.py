@@ -53,6 +53,14 @@ def test_ring_traffic_is_what_the_ring_sends(cp2):
 
 
 @pytest.mark.slow
+def test_cp2_halves_the_activations_of_a_rank(cp2, reference_sgd):
+    """Each cp rank saves the activations of half of every sequence (the weights aside)."""
+    single = reference_sgd[0]["summary"]["activation_saved_bytes_per_rank"]["mean"]
+    for rank in cp2[0]["trials"][0]["per_rank"]:
+        assert 0.4 * single < rank["memory"]["activation_saved_bytes"] < 0.6 * single
+
+
+@pytest.mark.slow
 def test_cp2_checkpoint_continues_in_single_and_back(cp2, tmp_path):
     """cp 2 step 3 resumed by `single`, and single's step 3 resumed by cp 2: steps 4-5 as the
     uninterrupted cp 2 run trained them."""

@@ -69,6 +69,7 @@ def summary_table(document: dict) -> Table:
         ("MFU %", _mfu(summary["mfu"])),
         ("peak RSS per rank", _bytes(summary["peak_rss_bytes"])),
         ("model state per rank", _bytes(summary["model_state_bytes_per_rank"])),
+        ("activations per rank", _bytes(summary.get("activation_saved_bytes_per_rank"))),
         ("model state estimate", _bytes({"mean": summary["model_state_estimate_bytes"]["total"]})),
         ("final loss", _fmt(summary["final_loss"], digits=4)),
     ]

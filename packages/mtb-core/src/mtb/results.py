@@ -190,6 +190,12 @@ def _moe_entry(per_rank: list, step_ms: float) -> dict:
     return {"moe": moe_step([s.moe for s in per_rank], step_ms)}
 
 
+def _max_or_none(values) -> int | None:
+    """The largest of the ranks' figures; None when a rank did not measure it."""
+    values = list(values)
+    return None if None in values else max(values)
+
+
 def _moe_summary(trials: list[Trial]) -> dict:
     """Each MoE figure averaged over a trial's steps, summarised across trials."""
     if "moe" not in trials[0].steps[0]:
@@ -225,6 +231,9 @@ def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
         "final_loss": series(lambda t: t.steps[-1]["loss"]),
         "compile_s": series(lambda t: t.compile_s),
         "peak_rss_bytes": series(lambda t: max(r.memory["peak_rss_bytes"] for r in t.per_rank)),
+        "activation_saved_bytes_per_rank": series(
+            lambda t: _max_or_none(r.memory.get("activation_saved_bytes") for r in t.per_rank)
+        ),
         "model_state_bytes_per_rank": series(
             lambda t: max(r.model_state_bytes["total"] for r in t.per_rank)
         ),

@@ -16,6 +16,7 @@ import attrs
 import torch
 
 from mtb import data_sources
+from mtb.activations import SavedActivations
 from mtb.checkpoint.session import CheckpointSession
 from mtb.clock import PhaseClock
 from mtb.compiling import CompileTimer, check_measured, compile_blocks
@@ -86,6 +87,9 @@ class Trainer:
         self.training = context.config.training
         self.range = ranges(False)
         self.moe_layers: list = []
+        #: the step whose forward-backward is metered for activation memory (eager only)
+        self.metered_step: int | None = None
+        self.activation_bytes: int | None = None
 
     def data(self) -> GlobalBatch:
         """This rank's batches from the run's data source (``data.source``)."""
@@ -111,6 +115,8 @@ class Trainer:
         self.hooks.mtb_trial_start(context=self.context)
         steps = []
         start = session.start_step
+        self.metered_step = None if self.training.compile else start
+        self.activation_bytes = None
         warmup = min(self.training.warmup_steps, self.training.steps - start - 1)
         with CompileTimer(self.training.compile) as compiling:
             for step in range(start, self.training.steps):
@@ -128,7 +134,9 @@ class Trainer:
         checkpoint, digests = session.finish()
         engine_metrics = engine.rank_metrics(sum(s.warmup for s in steps))
         state_bytes = self.probe_state_bytes(engine, data, self.training.steps)
-        memory = memory_stats(self.context.device)
+        memory = memory_stats(self.context.device) | {
+            "activation_saved_bytes": self.activation_bytes
+        }
         return TrialRecord(
             self.context.rank,
             steps,
@@ -151,7 +159,7 @@ class Trainer:
             batches = self.batches(data, step)
         clock.mark("data")
         hooks = StepHooks(range=self.range, on_loss=functools.partial(self.maybe_poison, step))
-        loss = engine.forward_backward(batches, hooks)
+        loss = self.forward_backward(engine, batches, hooks, step)
         clock.mark("forward_backward")
         with self.range("mtb.optimizer"):
             info, lr, loss_value = self.optimizer_phase(engine, loss, step)
@@ -174,6 +182,15 @@ class Trainer:
             gradient_syncs=info.gradient_syncs,
             moe=take_step(self.moe_layers),
         )
+
+    def forward_backward(self, engine, batches: list, hooks: StepHooks, step: int):
+        """The engine's forward-backward; the metered step also records its saved activations."""
+        if step != self.metered_step:
+            return engine.forward_backward(batches, hooks)
+        with SavedActivations() as saved:
+            loss = engine.forward_backward(batches, hooks)
+        self.activation_bytes = saved.peak_bytes
+        return loss
 
     def optimizer_phase(self, engine, loss: torch.Tensor, step: int):
         """Learning rate, clipping, the finiteness check and the optimizer step."""
