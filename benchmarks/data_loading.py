@@ -94,28 +94,33 @@ def time_batches(sampler, batches: int, before=lambda: None) -> list[float]:
     return times
 
 
+def token_memmap(prefix: Path):
+    """The tokens of PREFIX.bin as the data source maps them (uint16: a byte vocabulary)."""
+    import numpy as np
+
+    return np.memmap(prefix.with_name(prefix.name + ".bin"), dtype=np.uint16, mode="r")
+
+
 def reopened_cold(sampler, prefix: Path):
     """Before each batch: unmap the file, drop its pages, map it again. (The kernel keeps
     the pages a live mapping holds; an unmapped file's pages it drops.)"""
-    from mtb.token_files import open_megatron
 
     def before():
         sampler.tokens = None
         evict(prefix.with_name(prefix.name + ".bin"))
-        sampler.tokens = open_megatron(prefix).tokens
+        sampler.tokens = token_memmap(prefix)
 
     return before
 
 
 def sampler_rows(prefix: Path, args) -> list[dict]:
     """Table (b): each source, each rank, median and p90 ms of one micro-batch."""
-    from mtb.data import SyntheticTokens, TokenWindows
-    from mtb.token_files import open_megatron
+    from mtb.api import SyntheticTokens, TokenWindows
 
     rows = []
     for rank in range(args.ranks):
         common = {"vocab_size": 256, "seed": 1234, "dp_rank": rank, "dp_world_size": args.ranks}
-        tokens = open_megatron(prefix).tokens
+        tokens = token_memmap(prefix)
         cold = TokenWindows(**SMALL, **common, tokens=tokens)
         sources = {
             "synthetic": (SyntheticTokens(**SMALL, **common), lambda: None),

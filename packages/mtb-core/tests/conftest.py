@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,14 @@ def mtb_subprocess(args, env=None, timeout=240):
 
 def read_json(path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def as_from_a_terminal() -> None:
+    """Default dispositions in the child, as a shell in a terminal starts a command.
+
+    A test suite run as a background job inherits SIGINT ignored, and mtb keeps
+    an ignored signal ignored (as nohup asks): without this the Ctrl-C tests
+    would test that instead.
+    """
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)

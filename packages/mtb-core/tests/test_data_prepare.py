@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import as_from_a_terminal
 from tokenizers import Tokenizer
 
 from mtb.token_files import open_megatron, open_nanogpt
@@ -151,7 +152,9 @@ def test_interrupted_prepare_leaves_the_previous_files(tmp_path, signum):
     subprocess.run([*command, str(small)], check=True, capture_output=True, timeout=30)
     before = {p.name: p.read_bytes() for p in tmp_path.glob("corpus*")}
     stopped = subprocess.Popen(
-        [*command, "--documents", "paragraph", str(big)], stderr=subprocess.PIPE
+        [*command, "--documents", "paragraph", str(big)],
+        stderr=subprocess.PIPE,
+        preexec_fn=as_from_a_terminal,  # a suite run in the background inherits SIGINT ignored
     )
     deadline = time.monotonic() + 30
     while not list(tmp_path.glob(".corpus.bin.*")) and time.monotonic() < deadline:

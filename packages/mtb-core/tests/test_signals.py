@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pytest
-from conftest import FIXED_PEAK, TINY, child_env, mtb_subprocess, read_json
+from conftest import FIXED_PEAK, TINY, as_from_a_terminal, child_env, mtb_subprocess, read_json
 
 from mtb import hookimpl
 from mtb.fault.launcher_kill import still_running
@@ -26,17 +26,6 @@ PLUGIN = {"MTB_PLUGIN_MODULES": "mtb_test_allreduce", "MTB_LOAD_PLUGINS": ""}
 LONG = ["--preset", "tiny", "--steps", "100000", "--warmup-steps", "0", "--save-every", "2"]
 LONG = [*LONG, *FIXED_PEAK]
 TWO_RANKS = ["--strategy", "test-allreduce", "--nproc-per-node", "2"]
-
-
-def as_from_a_terminal() -> None:
-    """Default dispositions in the child, as a shell in a terminal starts a command.
-
-    A test suite run as a background job inherits SIGINT ignored, and mtb keeps
-    an ignored signal ignored (as nohup asks): without this the Ctrl-C tests
-    would test that instead.
-    """
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_DFL)
 
 
 class Run:
