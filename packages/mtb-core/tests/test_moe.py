@@ -103,3 +103,24 @@ def test_the_moe_model_trains_under_bf16_autocast():
         loss = model(tokens, tokens)
     loss.backward()
     assert torch.isfinite(loss) and model.moe_layers()[0].w1.grad is not None
+
+
+@pytest.mark.parametrize(
+    ("checkpointing", "early_stop"), [(False, True), (True, True), (True, False)]
+)
+def test_routing_is_counted_once_per_forward_with_or_without_recompute(checkpointing, early_stop):
+    """Activation checkpointing runs each block's forward again in backward (all of it when
+    torch's early stop is off); the routing of that recompute is not a second batch of tokens."""
+    from torch.utils.checkpoint import set_checkpoint_early_stop
+
+    from mtb.moe import take_step
+
+    cfg = ModelConfig(**PRESETS["tiny-moe"])
+    model = GPT(cfg)
+    model.set_activation_checkpointing(checkpointing)
+    tokens = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len))
+    with set_checkpoint_early_stop(early_stop):
+        model(tokens, tokens).backward()
+    step = take_step(model.moe_layers())
+    assert step["assigned"] == 2 * cfg.seq_len * cfg.moe_top_k
+    assert sum(step["tokens_per_expert"][0]) <= step["assigned"]

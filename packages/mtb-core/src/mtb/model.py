@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mtb.config import ModelConfig
-from mtb.moe import MoE
+from mtb.moe import MoE, checkpoint_contexts
 
 
 def causal_attention(q, k, v, dropout: float) -> torch.Tensor:
@@ -72,7 +72,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.checkpointing and torch.is_grad_enabled():
-            return checkpoint(self._forward, x, use_reentrant=False)
+            return checkpoint(self._forward, x, use_reentrant=False, context_fn=checkpoint_contexts)
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:

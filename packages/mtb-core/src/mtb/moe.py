@@ -13,7 +13,9 @@ lower expert id (a stable sort). Gate weights: the top-1 probability
 (Switch), the top-k probabilities renormalised (GShard).
 """
 
+import contextlib
 import math
+import threading
 
 import attrs
 import torch
@@ -193,8 +195,33 @@ class MoE(nn.Module):
             "assigned": routing.kept.numel(),
             "aux_loss": self.aux_loss.detach(),
         }
-        self.totals.append(self.stats)
+        if not getattr(_recompute, "active", False):
+            self.totals.append(self.stats)
         return out.view(batch, seq, width)
+
+
+#: whether this thread is recomputing a checkpointed block (its routing counted already)
+_recompute = threading.local()
+
+
+@contextlib.contextmanager
+def recomputing():
+    """While activation checkpointing recomputes a block: its routing is not counted again.
+
+    The all_to_alls of a recomputed expert-parallel layer do run again, so their bytes
+    and time are counted.
+    """
+    before = getattr(_recompute, "active", False)
+    _recompute.active = True
+    try:
+        yield
+    finally:
+        _recompute.active = before
+
+
+def checkpoint_contexts():
+    """``context_fn`` of torch's checkpoint: nothing in forward, ``recomputing`` in backward."""
+    return contextlib.nullcontext(), recomputing()
 
 
 def take_step(layers: list[MoE]) -> dict | None:
