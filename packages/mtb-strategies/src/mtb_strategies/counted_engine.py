@@ -17,9 +17,8 @@ class CountedSyncEngine(Engine):
         return {"gradient_sync_mode": {"requested": requested, "resolved": self.sync_mode}}
 
     def backward(self, loss) -> None:
-        self.counter.begin()
-        super().backward(loss)
-        self.counter.end()
+        with self.counter.bracket():
+            super().backward(loss)
 
     def optimizer_step(self, max_grad_norm=None, grad_norm=None):
         info = super().optimizer_step(max_grad_norm, grad_norm)

@@ -6,7 +6,6 @@ from mtb_strategies import context_parallel
 from mtb_strategies import mesh as meshes
 from mtb_strategies.fsdp_engine import shard
 from mtb_strategies.pipeline_engine import PipelineEngine
-from mtb_strategies.sync_modes import SyncCounter
 from mtb_strategies.tensor_parallel import parallelize, reduce_partial_grads
 
 
@@ -24,9 +23,8 @@ class NDPipelineEngine(PipelineEngine):
         mesh = meshes.build_mesh(context)
         tp, dp = meshes.tp_mesh(mesh, layout), meshes.dp_mesh(mesh, layout)
         ring = meshes.cp_ring(mesh, context)
-        counter = SyncCounter()
 
-        def parallelize_stage(part):
+        def parallelize_stage(part, counter):
             if tp is not None:
                 parallelize(part, tp, parallel.sequence_parallel)
             if ring is not None:

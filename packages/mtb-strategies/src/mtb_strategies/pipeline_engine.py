@@ -17,6 +17,7 @@ import torch.distributed as dist
 from mtb.api import Engine, cpu_copy, pipeline_microbatches
 from mtb_strategies import pipeline_schedule
 from mtb_strategies.pipeline_stages import split
+from mtb_strategies.sync_modes import SyncCounter
 
 #: get/set_state_dict options: each rank's optimizer state under its own parameters' names
 #: (stages hold different parameters, so unflattened param_groups would clash in DCP)
@@ -33,24 +34,24 @@ class Pipeline:
     parts: list
     clock: object
     group: object
+    #: micro-batch backwards during which gradients were synchronised (FSDP's reduce-scatter)
+    counter: SyncCounter
     #: the group of the first and last stage's ranks (tied embeddings), or None
     tied: object = None
 
 
 def tied_group(layout, rank: int, pipeline_group):
-    """The group of the first and last stage's ranks beside this rank (every rank calls it).
+    """The group of the first and last stage's ranks beside this rank (every rank calls it);
+    None on the ranks between, which hold neither copy.
 
     With 2 pipeline ranks it is the pipeline's own group (made with the mesh).
     """
     if layout.pp == 2:
         return pipeline_group
     inner = layout.world_size // layout.pp
-    mine = None
-    for index in range(inner):
-        group = dist.new_group([index, (layout.pp - 1) * inner + index])
-        if rank % inner == index:
-            mine = group
-    return mine
+    groups = [dist.new_group([index, (layout.pp - 1) * inner + index]) for index in range(inner)]
+    ends = layout.coordinates(rank)["pp"] in (0, layout.pp - 1)
+    return groups[rank % inner] if ends else None
 
 
 def stage_indices(layout, rank: int, per_rank: int) -> list[int]:
@@ -95,7 +96,8 @@ class PipelineEngine(Engine):
     def build(cls, model, make_optimizer, context, group, parallelize=None):
         """Split ``model`` into this rank's stages over the pipeline ``group``.
 
-        ``parallelize(part)`` (optional) shards each stage module further (tp, FSDP).
+        ``parallelize(part, counter)`` (optional) shards each stage module further (tp,
+        FSDP counting its gradient syncs on ``counter``).
         """
         config, layout = context.config, context.layout
         per_rank = config.parallel.pp_stages_per_rank
@@ -103,13 +105,14 @@ class PipelineEngine(Engine):
         indices = stage_indices(layout, context.rank, per_rank)
         tied = tied_group(layout, context.rank, group) if config.model.tie_embeddings else None
         parts = split(model, indices, stages)
+        counter = SyncCounter()
         for part in parts if parallelize else ():
-            parallelize(part)
+            parallelize(part, counter)
         microbatches = pipeline_microbatches(config)
         schedule, clock = pipeline_schedule.build(
-            parts, indices, stages, config.parallel, microbatches, context.device, group
+            (parts, counter), indices, stages, config.parallel, microbatches, context.device, group
         )
-        pipeline = Pipeline(indices, stages, schedule, parts, clock, group, tied)
+        pipeline = Pipeline(indices, stages, schedule, parts, clock, group, counter, tied)
         return cls(model, make_optimizer(model.parameters()), context, pipeline)
 
     @property
@@ -179,6 +182,11 @@ class PipelineEngine(Engine):
 
     def grad_norm(self):
         return self.norm
+
+    def optimizer_step(self, max_grad_norm=None, grad_norm=None):
+        info = super().optimizer_step(max_grad_norm, grad_norm)
+        info.gradient_syncs = self.pipeline.counter.take()
+        return info
 
     def full_model_state(self) -> dict:
         """Every stage's parameters under the GPT's names, gathered on every rank."""

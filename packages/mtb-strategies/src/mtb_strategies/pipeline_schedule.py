@@ -25,11 +25,19 @@ SCHEDULES = {
 
 
 class TimedStage(PipelineStage):
-    """A PipelineStage whose compute is marked on a PhaseClock, micro-batch known."""
+    """A PipelineStage whose compute is marked on a PhaseClock, micro-batch known.
 
-    def __init__(self, submodule, stage_index, num_stages, device, group, clock: PhaseClock):
+    Each backward, and the reduction after a step's last one, is bracketed for the
+    gradient-sync counter: torch 2.13 reduce-scatters a FSDP stage's gradients once a step
+    in ``perform_reduce_grad``, after every micro-batch; older releases in the last backward.
+    """
+
+    def __init__(
+        self, submodule, stage_index, num_stages, device, group, clock: PhaseClock, counter
+    ):
         super().__init__(submodule, stage_index, num_stages, device, group=group)
         self.clock = clock
+        self.counter = counter
 
     def _computed(self, method, chunk: int, *args, **kwargs):
         self.clock.mark("idle")
@@ -44,18 +52,25 @@ class TimedStage(PipelineStage):
         return self._computed(super().forward_one_chunk, fwd_chunk_id, *args, **kwargs)
 
     def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
-        return self._computed(super().backward_one_chunk, bwd_chunk_id, *args, **kwargs)
+        with self.counter.bracket():
+            return self._computed(super().backward_one_chunk, bwd_chunk_id, *args, **kwargs)
+
+    def perform_reduce_grad(self, grad_scale_factor: int):
+        with self.counter.bracket():
+            return super().perform_reduce_grad(grad_scale_factor)
 
     def backward_weight_one_chunk(self, bwd_chunk_id, *args, **kwargs):
         return self._computed(super().backward_weight_one_chunk, bwd_chunk_id, *args, **kwargs)
 
 
 def build(parts, indices: list[int], stages: int, parallel, microbatches: int, device, group):
-    """The schedule ``parallel.pp_schedule`` over this rank's stage modules, and their clock."""
+    """The schedule ``parallel.pp_schedule`` over this rank's stage modules (``parts``: the
+    modules and the SyncCounter their FSDP reduce-scatters count on), and their clock."""
+    modules, counter = parts
     clock = PhaseClock(device)
     timed = [
-        TimedStage(part, index, stages, device, group, clock)
-        for part, index in zip(parts, indices, strict=True)
+        TimedStage(part, index, stages, device, group, clock, counter)
+        for part, index in zip(modules, indices, strict=True)
     ]
     schedule_class = SCHEDULES[parallel.pp_schedule]
     if parallel.pp_schedule == "interleaved-1f1b":

@@ -1,5 +1,7 @@
 """Gradient synchronisation under accumulation: requested vs resolved modes."""
 
+import contextlib
+
 from mtb.api import SYNC_MODES, ConfigError
 
 USER_MODES = tuple(m for m in SYNC_MODES if m != "auto")
@@ -38,6 +40,15 @@ class SyncCounter:
     def end(self) -> None:
         if self.calls > self._before:
             self.syncs += 1
+
+    @contextlib.contextmanager
+    def bracket(self):
+        """:meth:`begin` and :meth:`end` around a backward (or a deferred reduction)."""
+        self.begin()
+        try:
+            yield
+        finally:
+            self.end()
 
     def take(self) -> int:
         """Synchronisations since the last call (one optimizer step's worth)."""
