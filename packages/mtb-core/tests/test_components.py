@@ -43,6 +43,7 @@ def test_an_impostor_strategy_shows_its_own_plugin_and_distribution(pm, tmp_path
         "profiler": None,
         "reporters": [core("json", "mtb.reporters.json_reporter")],
         "data_source": core("synthetic", "mtb.data_sources"),
+        "metric_loggers": [],
     }
 
 

@@ -8,7 +8,8 @@ packages to this module). Importing it stays cheap: names that need torch
 Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Layout (the
 parallel layout a strategy checks and builds its mesh from), Engine
 (with StepHooks, StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
-ProfileSession), Reporter, hookimpl; the MoE router and layer (:mod:`mtb.moe`).
+ProfileSession), Reporter, MetricLogger (with LoggerRun and MetricSession), hookimpl;
+the MoE router and layer (:mod:`mtb.moe`).
 Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
 :func:`write_atomic`, :func:`append_whole`, :func:`publish`, failure
@@ -26,6 +27,7 @@ from mtb.context import RunContext
 from mtb.errors import ConfigError, MtbError, PluginError, RunFailed, UsageError
 from mtb.hookspecs import hookimpl
 from mtb.layout import Layout
+from mtb.metric_logger import LoggerRun, MetricLogger, MetricSession
 from mtb.options import Option
 from mtb.profiling.protocol import Profiler, ProfileSession
 from mtb.reporting import Reporter, append_whole, publish, write_atomic
@@ -161,6 +163,9 @@ __all__ = [
     "LaunchConfig",
     "LaunchTimeout",
     "Layout",
+    "LoggerRun",
+    "MetricLogger",
+    "MetricSession",
     "ModelStateBytes",
     "MtbError",
     "Option",

@@ -1,8 +1,8 @@
 """Which plugin provided each component a run used, recorded in its result.
 
 ``plugins`` lists what was installed; ``components`` says which distribution
-the strategy, checkpoint backend, profiler, reporters and data source that produced the
-numbers came from, so an impostor ``ddp`` from another distribution shows.
+the strategy, checkpoint backend, profiler, reporters, data source and metric
+loggers of a run came from, so an impostor ``ddp`` from another distribution shows.
 """
 
 from mtb import data_sources, run_reports
@@ -54,6 +54,7 @@ def record(pm, config) -> dict:
         "profiler": single("profiler"),
         "reporters": [origin(pm, "reporter", name) for name in names["reporter"]],
         "data_source": data_source(pm, config),
+        "metric_loggers": [origin(pm, "metric_logger", name) for name in config.logging.to],
     }
 
 

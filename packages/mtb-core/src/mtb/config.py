@@ -46,6 +46,7 @@ def setting(
     shown_default: str = "",
     metavar: str = "",
     validator=None,
+    converter=None,
 ):
     """An attrs field with the metadata the CLI and docs are generated from.
 
@@ -66,7 +67,9 @@ def setting(
         "shown_default": shown_default,
         "metavar": metavar,
     }
-    return attrs.field(default=default, validator=validators, metadata=metadata)
+    return attrs.field(
+        default=default, validator=validators, converter=converter, metadata=metadata
+    )
 
 
 def _path(instance, attribute) -> str:
@@ -548,6 +551,35 @@ class ProfileConfig:
         return range(first, first + self.active_steps)
 
 
+def _comma_separated(values) -> tuple[str, ...]:
+    """``("a,b", "c")`` as ``("a", "b", "c")``: a flag given once with commas, or repeated."""
+    names = (name.strip() for value in values for name in value.split(","))
+    return tuple(dict.fromkeys(name for name in names if name))
+
+
+@attrs.define(kw_only=True)
+class LoggingConfig:
+    """Where step metrics go besides the result: metric loggers such as TensorBoard."""
+
+    SECTION = "logging"
+
+    to: tuple[str, ...] = setting(
+        (),
+        help="send step metrics, config and provenance to these metric loggers "
+        "(comma-separated or repeated; see `mtb plugins`)",
+        flag="--log-to",
+        metavar="NAME[,NAME...]",
+        shown_default="none",
+        converter=_comma_separated,
+    )
+    dir: str | None = setting(
+        None,
+        help="directory of the loggers' files, one folder per logger",
+        flag="--log-dir",
+        shown_default="the result path without .json, plus -logs",
+    )
+
+
 @attrs.define(kw_only=True)
 class RunConfig:
     """Everything one ``mtb run`` needs; stored whole in its result."""
@@ -594,6 +626,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = attrs.field(factory=CheckpointConfig, metadata={"section": True})
     parallel: ParallelConfig = attrs.field(factory=ParallelConfig, metadata={"section": True})
     profile: ProfileConfig = attrs.field(factory=ProfileConfig, metadata={"section": True})
+    logging: LoggingConfig = attrs.field(factory=LoggingConfig, metadata={"section": True})
     strategy_options: dict[str, Any] = attrs.field(factory=dict, metadata={"section": True})
     checkpoint_backend_options: dict[str, Any] = attrs.field(
         factory=dict, metadata={"section": True}
@@ -653,6 +686,7 @@ SECTIONS = {
     "checkpoint": CheckpointConfig,
     "parallel": ParallelConfig,
     "profile": ProfileConfig,
+    "logging": LoggingConfig,
 }
 
 #: the tables of options that plugins declare, one per kind (see mtb.options)
@@ -710,8 +744,16 @@ def _structure_str(value, _type):
     return value
 
 
+def _structure_names(value, _type):
+    """A list of strings; a bare string would otherwise become a tuple of its characters."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return tuple(_structure_str(item, str) for item in value)
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook_func(lambda kind: kind == tuple[str, ...], _structure_names)
     conv.register_structure_hook(int, _structure_int)
     conv.register_structure_hook(float, _structure_float)
     conv.register_structure_hook(bool, _structure_bool)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # torch-free at run time: these modules are only named here
     from mtb.checkpoint.backend import CheckpointBackend
     from mtb.checkpoint.lifecycle import SaveRecord
     from mtb.context import RunContext
+    from mtb.metric_logger import MetricLogger
     from mtb.metrics import StepMetrics
     from mtb.profiling.protocol import Profiler
     from mtb.reporting import Reporter
@@ -83,6 +84,19 @@ def mtb_register_data_sources(register: "Callable[[Any], None]") -> None:
     :class:`mtb.api.UsageError` naming ``data.source`` before launch) and
     ``sampler(config, context) -> mtb.api.GlobalBatch`` (the batches of one rank,
     deterministic in seed, step and global sample index).
+    """
+
+
+@hookspec
+def mtb_register_metric_loggers(register: "Callable[[MetricLogger], None]") -> None:
+    """Register metric loggers: where a run's step metrics go (``--log-to``, ``logging.to``).
+
+    Call ``register(logger)`` with a :class:`mtb.api.MetricLogger`: a ``name``,
+    a ``description``, optionally ``unavailable_reason()`` (its library is
+    missing: the install hint) and ``open(run)``, called on rank 0 before the
+    first step with a :class:`mtb.api.LoggerRun` (its own directory, the run's
+    name, config and tags), which returns a :class:`mtb.api.MetricSession`.
+    Core calls the session; one that raises is dropped with one warning.
     """
 
 

@@ -20,6 +20,7 @@ from mtb import (
     data_sources,
     gpu_guard,
     memory,
+    metric_logging,
     output_paths,
     provenance,
     run_options,
@@ -47,6 +48,7 @@ def prepare(config, pm):
     pm.registry("strategy").get(config.strategy)
     if config.profile.enabled:
         pm.registry("profiler").get(config.profile.profiler)
+    metric_logging.check(config, pm)
     config = with_output(config)
     config = attrs.evolve(config, reports=run_reports.resolve(config, pm))
     return run_options.resolve(config, pm)

@@ -32,6 +32,7 @@ KINDS = {
     "profiler": Kind("profiler", "profilers", "mtb_register_profilers"),
     "reporter": Kind("reporter", "reporters", "mtb_register_reporters"),
     "data_source": Kind("data_source", "data sources", "mtb_register_data_sources"),
+    "metric_logger": Kind("metric_logger", "metric loggers", "mtb_register_metric_loggers"),
 }
 
 

@@ -10,7 +10,16 @@ import os
 import socket
 import sys
 
-from mtb import calibration, compiling, components, distributed, memory, provenance, run_reports
+from mtb import (
+    calibration,
+    compiling,
+    components,
+    distributed,
+    memory,
+    metric_logging,
+    provenance,
+    run_reports,
+)
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.documents import document_provenance, plugin_list, result_document, write_result
@@ -90,13 +99,21 @@ def step_progress(context):
         yield advance
 
 
-def train(context, pm) -> tuple[list, dict | None]:
-    """Every trial on this rank: its TrialRecords, and its profile when profiling."""
+def train(context, pm, loggers) -> tuple[list, dict | None]:
+    """Every trial on this rank: its TrialRecords, and its profile when profiling.
+
+    After each step the progress bar advances and the metric loggers get it.
+    """
     strategy = pm.registry("strategy").get(context.config.strategy)
     strategy.check(context.config, context.device.type)
     strategy.check_layout(context.layout)
     trainer = Trainer(context, strategy, pm)
-    with step_progress(context) as on_step:
+    with step_progress(context) as advance:
+
+        def on_step(metrics):
+            advance(metrics)
+            loggers.step(context, metrics)
+
         if context.config.profile.enabled:
             record, profile = profiling.profiled_trial(trainer, context, pm, on_step)
             return [record], profile
@@ -238,15 +255,17 @@ def run(config, pm) -> dict | None:
     started = provenance.utc_now()
     distributed.barrier(context)
     peak = peak_flops(context)
-    records, profile = train(context, pm)
-    records_by_rank = distributed.gather(context, records)
-    profiles = distributed.gather(context, profile) if profile is not None else None
-    peaks = distributed.gather(context, (socket.gethostname(), peak))
-    nodes = node_provenance(context)
-    document, failures = None, []
-    if context.is_main:
-        document = assemble(context, pm, records_by_rank, peaks, nodes, started, profiles)
-        failures = report(context, pm, document)
+    with metric_logging.logging_run(context, pm) as loggers:
+        records, profile = train(context, pm, loggers)
+        records_by_rank = distributed.gather(context, records)
+        profiles = distributed.gather(context, profile) if profile is not None else None
+        peaks = distributed.gather(context, (socket.gethostname(), peak))
+        nodes = node_provenance(context)
+        document, failures = None, []
+        if context.is_main:
+            document = assemble(context, pm, records_by_rank, peaks, nodes, started, profiles)
+            failures = report(context, pm, document)
+        loggers.finish(document)
     distributed.teardown(context)
     if failures:
         raise RunFailed(
