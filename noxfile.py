@@ -31,6 +31,7 @@ PACKAGES = {
     "comm": "packages/mtb-comm",
     "megatron": "packages/mtb-megatron",
     "report": "packages/mtb-report",
+    "loggers": "packages/mtb-loggers",
 }
 EXAMPLE = "examples/mtb-example-strategy"
 # each test session's JUnit XML and set-up time, for .ci/durations.py
