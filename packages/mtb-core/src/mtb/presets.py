@@ -2,7 +2,9 @@
 
 Parameter counts (tied embeddings, learned positions, biases, LayerNorms):
 tiny 0.03M, small 23.2M, medium 168.5M, large 731.1M, stress 2.60B; the MoE twins
-tiny-moe 0.06M and small-moe 42.1M (the dense active parameters per token, plus routers).
+tiny-moe 0.06M and small-moe 42.1M (the dense active parameters per token, plus routers);
+tiny-long 0.16M, tiny with 4096-token sequences, where activations outweigh the weights
+(for context parallelism).
 """
 
 #: the MoE layers of tiny-moe and small-moe: 4 experts, top-1 (the active parameters of
@@ -29,6 +31,7 @@ PRESETS: dict[str, dict] = {
         "seq_len": 32,
         **MOE,
     },
+    "tiny-long": {"vocab_size": 256, "d_model": 32, "n_heads": 2, "n_layers": 2, "seq_len": 4096},
     "small-moe": {
         "vocab_size": 8192,
         "d_model": 512,

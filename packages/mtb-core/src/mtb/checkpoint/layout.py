@@ -11,7 +11,6 @@ Layout (see docs/checkpoints.md)::
 Nothing here imports torch.
 """
 
-import hashlib
 import os
 import re
 import secrets
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from mtb.digests import sha256_file
 from mtb.reporting import write_atomic
 
 READY = "READY"
@@ -109,14 +109,6 @@ def published(directory: Path) -> list[Entry]:
 def abandoned(directory: Path) -> list[Entry]:
     """Temporary directories: saves in progress or interrupted; they never count as kept."""
     return [e for e in scan(directory) if e.temporary]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def payload_files(step_dir: Path) -> list[str]:
