@@ -1,6 +1,7 @@
 """A stand-in for Megatron-LM's pretrain_gpt.py: prints what Megatron prints, or fails like it.
 
-FAKE_MEGATRON_MODE picks the behaviour: ok (iteration lines), oom, nccl, nan
+With ``--data-path`` it fails as Megatron does when PREFIX.idx or PREFIX.bin is
+missing. FAKE_MEGATRON_MODE picks the behaviour: ok (iteration lines), oom, nccl, nan
 (raises after two lines, like Megatron's NaN check), nan_count (exits 0 with
 NaN iterations counted), import, hang. Like Megatron, only the last rank prints
 the iteration lines; like megatron-core 0.16 and later (read from the
@@ -22,6 +23,8 @@ for name in (
 ):  # fmt: skip
     parser.add_argument(name, type=float)
 parser.add_argument("--log-throughput", action="store_true")
+parser.add_argument("--data-path", nargs="*")
+parser.add_argument("--mock-data", action="store_true")
 args, _ = parser.parse_known_args()
 
 mode = os.environ.get("FAKE_MEGATRON_MODE", "ok")
@@ -39,6 +42,12 @@ def fail(message: str) -> None:
 
 if mode == "import":
     fail("ModuleNotFoundError: No module named 'transformer_engine'")
+if bool(args.data_path) == args.mock_data:
+    fail("AssertionError: give exactly one of --data-path and --mock-data")
+for prefix in args.data_path or []:  # as IndexedDataset opens them: PREFIX.idx, PREFIX.bin
+    for suffix in (".idx", ".bin"):
+        if not Path(prefix + suffix).is_file():
+            fail(f"FileNotFoundError: [Errno 2] No such file or directory: '{prefix}{suffix}'")
 if rank == 0:
     print(
         f"using world size: {world}, data-parallel size: {world // (tp * pp)}, "

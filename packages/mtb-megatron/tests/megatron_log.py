@@ -14,14 +14,24 @@ tags of NVIDIA/Megatron-LM, and the counters follow each release's rules:
   is_first_iteration`` keeps the timer (line 2016) and the counters (lines
   2084-2087) running through that line; the timestamp has ``.%f`` (line
   2033); utils.py line 284 prints memory with ``:.2f``.
+- core_v0.18.2 (the megatron image's release): the same lines and rules at
+  other places: training.py line 2597 prints at ``iteration % log_interval
+  == 0 or is_first_iteration``, line 2387 ``should_reset = not
+  is_first_iteration`` (timer line 2605, counters lines 2688-2691), the
+  timestamp with ``.%f`` (line 2627), the learning rate where the rank has
+  one (line 2656: the last stage, which prints, does); report_memory moved
+  to megatron/training/utils/common_utils.py (line 282), still ``:.2f``.
 """
+
+#: releases whose lines print iteration 1 and stamp microseconds (core_v0.16.0 onwards)
+FIRST_LINE_RELEASES = ("0.16", "0.18")
 
 FLOP_PER_GPU_MS = 64_000.0  # TFLOP/s x ms of one iteration: 80.0 TFLOP/s at 800 ms
 
 
 def iteration_line(release, iteration, train_iters, ms_per_iter, skipped, nan, batch=64):
     """One line, field by field as training_log formats it (loss fields of a GPT run)."""
-    stamp = "2026-01-01 00:00:00.123456" if release == "0.16" else "2026-01-01 00:00:00"
+    stamp = "2026-01-01 00:00:00" + (".123456" if release in FIRST_LINE_RELEASES else "")
     line = f" [{stamp}]"
     line += f" iteration {iteration:8d}/{train_iters:8d} |"
     line += f" consumed samples: {iteration * batch:12d} |"
@@ -40,7 +50,7 @@ def iteration_line(release, iteration, train_iters, ms_per_iter, skipped, nan, b
 def memory_line(release, rank, iteration, allocated, max_allocated, reserved, max_reserved):
     """report_memory's line for ``(after N iterations)``, values in MB."""
     values = (allocated, max_allocated, reserved, max_reserved)
-    if release == "0.16":
+    if release in FIRST_LINE_RELEASES:
         a, m, r, mr = (f"{v:.2f}" for v in values)
     else:
         a, m, r, mr = (f"{v}" for v in values)
@@ -57,7 +67,7 @@ def training_log(release, step_ms, skipped_iters=(), nan_iters=(), train_iters=5
         counted += 1
         skipped += iteration in skipped_iters
         nan += iteration in nan_iters
-        first = release == "0.16" and iteration == 1
+        first = release in FIRST_LINE_RELEASES and iteration == 1
         if iteration % interval == 0 or first:
             lines.append(
                 iteration_line(release, iteration, train_iters, elapsed / counted, skipped, nan)

@@ -11,6 +11,7 @@ from mtb_megatron.config import MegatronConfig
 from mtb_megatron.topology import parse_topologies
 
 SCRIPT = "/opt/megatron/pretrain_gpt.py"
+CACHE = "/results/run.logs/data-cache"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
 
 
@@ -54,7 +55,7 @@ def test_each_topology_gives_the_expected_command(topology, tp, pp, dp):
     expected = [*TORCHRUN, "--nproc-per-node", "4", SCRIPT]
     expected += model_args(tp, pp, "--bf16", "--log-throughput")
     expected += ["--sequence-parallel"] if tp > 1 else []  # Transformer Engine with TP > 1
-    assert command.build(cfg, chosen, SCRIPT) == expected
+    assert command.build(cfg, chosen, SCRIPT, CACHE) == expected
 
 
 def test_precision_throughput_and_multi_node_flags():
@@ -65,7 +66,7 @@ def test_precision_throughput_and_multi_node_flags():
             nproc_per_node=2, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29500", max_restarts=1
         ),
     )
-    argv = command.build(cfg, cfg.topologies[1], SCRIPT)
+    argv = command.build(cfg, cfg.topologies[1], SCRIPT, CACHE)
     assert argv[:17] == [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.1:29500", "--rdzv-id", "mtb",
@@ -88,7 +89,7 @@ def test_dry_run_prints_every_command_and_runs_nothing(cli, checkout, tmp_path):
     args += ["--num-layers", "2", "--global-batch-size", "4", "--output", str(out), "--dry-run"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()[2:]  # after the checkout and transformer lines
+    lines = result.output.strip().splitlines()[3:]  # after the checkout, transformer, data lines
     assert lines[0::2] == [
         "# 1x1: TP 1, PP 1, DP 2",
         "# 2x1: TP 2, PP 1, DP 1",

@@ -35,9 +35,14 @@ def dry_run(cli, checkout, *args, ref=("--megatron-ref", "v0.1-fake")):
 
 
 def test_the_default_ref_is_the_tag_of_the_megatron_core_the_image_installs():
-    pinned = re.search(r"^megatron-core==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)[1]
-    assert f"core_v{pinned}" == DEFAULT_REF
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    image = re.search(r"^ARG MEGATRON_CORE=(\S+)", dockerfile, re.M)[1]
+    assert (f"core_v{image}", image) == (DEFAULT_REF, "0.18.2")
+    assert '"megatron-core[training]==${MEGATRON_CORE}"' in dockerfile
     assert MegatronConfig().megatron_ref == DEFAULT_REF
+    # the CPU machines' topology checks keep the newest release for Python 3.11
+    cpu = re.search(r"^megatron-core==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)[1]
+    assert cpu == "0.16.1"
 
 
 def test_without_megatron_ref_the_default_pin_is_checked_and_shown(cli, checkout, engine):

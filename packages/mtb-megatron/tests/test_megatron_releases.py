@@ -17,13 +17,14 @@ def step_ms(iteration):
     return 5000.0 if iteration == 1 else 800.0
 
 
-@pytest.mark.parametrize("release", ["0.16", "0.13"])
+@pytest.mark.parametrize("release", ["0.18", "0.16", "0.13"])
 def test_steady_state_and_counters_follow_the_release(release):
     lines = training_log(release, step_ms, skipped_iters=SKIPPED)
     records = logparse.parse_log("\n".join(lines))
-    repeated = intervals.first_line_repeated("0.16.1" if release == "0.16" else "0.13.0")
+    version = {"0.18": "0.18.2", "0.16": "0.16.1", "0.13": "0.13.0"}[release]
+    repeated = intervals.first_line_repeated(version)
     metrics = runner.metrics(records, repeated)
-    assert [r["iteration"] for r in records][:2] == ([1, 10] if release == "0.16" else [10, 20])
+    assert [r["iteration"] for r in records][:2] == ([10, 20] if release == "0.13" else [1, 10])
     assert metrics["elapsed_ms_per_iteration"]["mean"] == 800.0
     assert metrics["elapsed_ms_per_iteration"]["max"] == 800.0
     assert metrics["throughput_tflops_per_gpu"]["mean"] == 80.0
@@ -57,21 +58,21 @@ def test_short_runs_fall_back_to_the_last_line():
 @pytest.mark.parametrize(
     ("version", "repeated"),
     [("0.13.0", False), ("0.13.2", False), ("0.15.3", False), ("0.16.0rc0", True),
-     ("0.16.0", True), ("0.16.1", True), ("1.0.0", True)],
+     ("0.16.0", True), ("0.16.1", True), ("0.18.2", True), ("1.0.0", True)],
 )  # fmt: skip
 def test_which_releases_print_the_first_iteration(version, repeated):
     assert intervals.first_line_repeated(version) is repeated
 
 
 def test_an_iteration_line_of_each_release_parses():
-    for release in ("0.16", "0.13"):
+    for release in ("0.18", "0.16", "0.13"):
         line = iteration_line(release, 20, 100, 812.3, 1, 0)
         record = logparse.parse_line(line)
         assert (record["iteration"], record["elapsed_ms_per_iteration"]) == (20, 812.3)
         assert (record["loss_scale"], record["skipped_iterations"]) == (65536.0, 1)
 
 
-@pytest.mark.parametrize("release", ["0.16", "0.13"])
+@pytest.mark.parametrize("release", ["0.18", "0.16", "0.13"])
 def test_memory_lines_give_each_ranks_peak(release):
     text = "\n".join(
         [
@@ -93,6 +94,6 @@ def test_memory_lines_give_each_ranks_peak(release):
     peaks = runner.memory_by_rank(reports)
     assert peaks == [
         {"rank": 0, "max_allocated_mb": 2200.75, "max_reserved_mb": 3072.0},
-        {"rank": 2, "max_allocated_mb": 1900.12 if release == "0.16" else 1900.125,
+        {"rank": 2, "max_allocated_mb": 1900.125 if release == "0.13" else 1900.12,
          "max_reserved_mb": 2048.0},
     ]  # fmt: skip

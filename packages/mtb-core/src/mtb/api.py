@@ -9,7 +9,8 @@ Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Layout (t
 parallel layout a strategy checks and builds its mesh from), Engine
 (with StepHooks, StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
 ProfileSession), Reporter, MetricLogger (with LoggerRun and MetricSession), hookimpl;
-the MoE router and layer (:mod:`mtb.moe`).
+the MoE router and layer (:mod:`mtb.moe`); token files (:mod:`mtb.token_files`: open and
+check a nanoGPT or Megatron file, and the digests of what was read).
 Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
 :func:`write_atomic`, :func:`append_whole`, :func:`publish`, failure
@@ -34,7 +35,7 @@ from mtb.reporting import Reporter, append_whole, publish, write_atomic
 from mtb.strategy import Strategy, StrategyOption
 
 if TYPE_CHECKING:
-    from mtb import distributed, moe
+    from mtb import distributed, moe, token_files
     from mtb.checkpoint.lifecycle import SaveRecord
     from mtb.cli.config_options import LAUNCH as LAUNCH_SECTION
     from mtb.cli.config_options import launch_options, option_for, split_launch
@@ -123,6 +124,7 @@ _LAZY = {
     "from_document": ("mtb.results", "from_document"),
     "distributed": ("mtb.distributed", None),
     "moe": ("mtb.moe", None),
+    "token_files": ("mtb.token_files", None),
     "node_provenance": ("mtb.launch", "node_provenance"),
     "GPT": ("mtb.model", "GPT"),
     "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
@@ -226,6 +228,7 @@ __all__ = [
     "stage_layers",
     "stdout",
     "summarize",
+    "token_files",
     "torch_info",
     "total_norm",
     "utc_now",

@@ -78,9 +78,15 @@ def _error(records: list[dict]) -> str | None:
 
 
 def execute(
-    config: MegatronConfig, checkout: Checkout, choice: Choice, plugins: list[dict], mode: str
+    config: MegatronConfig,
+    checkout: Checkout,
+    choice: Choice,
+    plugins: list[dict],
+    mode: str,
+    data: dict,
 ) -> dict:
-    """Launch every topology ``config.repeats`` times; the megatron result document."""
+    """Launch every topology ``config.repeats`` times; the megatron result document
+    (``data``: what the launches read, with the dataset's digests)."""
     started = utc_now()
     logs = log_dir(config.output)
     launched = [
@@ -110,6 +116,7 @@ def execute(
         performance_reasons=reasons,
         config=to_dict(config),
         megatron=checkout.to_dict(),
+        data=data,
         transformer=attrs.asdict(choice),
         image=image,
         versions=versions,

@@ -79,22 +79,24 @@ def _console():
 
 def _benchmark(config: cfg.MegatronConfig, mode: str, dry_run: bool) -> None:
     from mtb.api import RunFailed, plugin_list
-    from mtb_megatron import benchmark, checkout, command, plan, tables, transformer
+    from mtb_megatron import benchmark, checkout, command, dataset, plan, tables, transformer
 
     pinned = checkout.verify(config.megatron_dir, config.megatron_ref)
+    data = dataset.describe(config)
     config, choice = transformer.apply(config)
     if dry_run:
-        print("\n".join(plan.lines(config, pinned, choice)))
+        print("\n".join([*plan.lines(config, pinned, choice), dataset.line(data)]))
+        cache = benchmark.log_dir(config.output or cfg.OUTPUT_DEFAULT) / "data-cache"
         for topology in config.topologies:
             dp = config.data_parallel(topology)
             print(f"# {topology.name}: TP {topology.tp}, PP {topology.pp}, DP {dp}")
-            argv = command.build(config, topology, str(pinned.script))
+            argv = command.build(config, topology, str(pinned.script), str(cache))
             print(command.shell_line(argv, pinned.path))
         return
     config = _with_output(config)
     plan.refuse_busy_gpus(config)
     pm = _plugin_manager()
-    document = benchmark.execute(config, pinned, choice, plugin_list(pm), mode)
+    document = benchmark.execute(config, pinned, choice, plugin_list(pm), mode, data)
     _write(pm, document, config.output)
     console = _console()
     console.print(tables.runs_table(document))
@@ -124,8 +126,8 @@ def megatron_group():
 
 RUN_TAIL = (
     "\n\nChecks that the checkout's HEAD is --megatron-ref (never changes it), "
-    "launches pretrain_gpt.py with --mock-data through torchrun (python -m "
-    "torch.distributed.run) with --nproc-per-node x --nnodes ranks, keeps each "
+    "launches pretrain_gpt.py with --mock-data (or --data-path with --data) through "
+    "torchrun (python -m torch.distributed.run) with --nproc-per-node x --nnodes ranks, keeps each "
     "launch's stdout and stderr with their SHA256, samples GPU memory (NVML), parses "
     "Megatron's iteration lines and classifies failures (oom, communication, timeout, "
     "import, nan, unknown). Writes one JSON result (kind megatron); exits 1 when a "

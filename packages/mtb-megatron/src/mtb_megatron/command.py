@@ -1,4 +1,4 @@
-"""The exact command of one topology: torchrun around ``pretrain_gpt.py`` with mock data.
+"""The exact command of one topology: torchrun around ``pretrain_gpt.py`` (mock data or a dataset).
 
 torchrun is started as ``python -m torch.distributed.run`` with this
 interpreter, so the torch that launches is the torch the provenance records.
@@ -7,6 +7,7 @@ interpreter, so the torch that launches is the torch the provenance records.
 import shlex
 import sys
 
+from mtb_megatron import dataset
 from mtb_megatron.config import MegatronConfig
 from mtb_megatron.topology import Topology
 
@@ -32,8 +33,9 @@ def torchrun_args(config: MegatronConfig) -> list[str]:
     return args
 
 
-def megatron_args(config: MegatronConfig, topology: Topology) -> list[str]:
-    """pretrain_gpt.py's arguments: the topology, the model, the batches, mock data."""
+def megatron_args(config: MegatronConfig, topology: Topology, cache_dir: str) -> list[str]:
+    """pretrain_gpt.py's arguments: the topology, the model, the batches, the data (its
+    index cache in ``cache_dir``)."""
     args = [
         "--tensor-model-parallel-size", str(topology.tp),
         "--pipeline-model-parallel-size", str(topology.pp),
@@ -49,7 +51,7 @@ def megatron_args(config: MegatronConfig, topology: Topology) -> list[str]:
         "--lr", repr(config.lr),
         "--seed", str(config.seed),
         "--transformer-impl", config.transformer_impl,
-        "--mock-data",
+        *dataset.megatron_flags(config, cache_dir),
         "--tokenizer-type", "NullTokenizer",
         "--vocab-size", str(config.vocab_size),
         "--eval-iters", "0",
@@ -68,9 +70,9 @@ def sequence_parallel(config: MegatronConfig, topology: Topology) -> bool:
     return config.transformer_impl == "transformer_engine" and topology.tp > 1
 
 
-def build(config: MegatronConfig, topology: Topology, script: str) -> list[str]:
+def build(config: MegatronConfig, topology: Topology, script: str, cache_dir: str) -> list[str]:
     """The whole argv of one launch."""
-    return [*torchrun_args(config), script, *megatron_args(config, topology)]
+    return [*torchrun_args(config), script, *megatron_args(config, topology, cache_dir)]
 
 
 def shell_line(argv: list[str], cwd: str) -> str:

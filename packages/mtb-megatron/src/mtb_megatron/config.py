@@ -14,9 +14,10 @@ from mtb_megatron.topology import Topology
 PRECISIONS = ("bf16", "fp16", "fp32")
 EVIDENCE = ("compatibility", "performance")
 TRANSFORMER_IMPLS = ("auto", "transformer_engine", "local")
-#: the Megatron-LM tag of megatron-core 0.16.1, the release the megatron image installs
-#: (constraints.txt); a checkout at another ref is named with --megatron-ref
-DEFAULT_REF = "core_v0.16.1"
+#: the Megatron-LM tag of the megatron-core release the megatron image installs (its
+#: MEGATRON_CORE, the reference setup's 0.18.2); a checkout at another ref is named with
+#: --megatron-ref. The CPU topology checks use constraints.txt's megatron-core 0.16.1.
+DEFAULT_REF = "core_v0.18.2"
 #: a performance claim needs at least this many repeats of each topology
 MIN_PERFORMANCE_REPEATS = 3
 OUTPUT_DEFAULT = "results/megatron-<UTC time>.json"
@@ -28,7 +29,7 @@ def _output():
 
 @attrs.define(kw_only=True)
 class MegatronConfig:
-    """One benchmark of ``pretrain_gpt.py`` with mock data over one or more topologies."""
+    """One benchmark of ``pretrain_gpt.py`` (mock data or a dataset) over one or more topologies."""
 
     megatron_dir: str = setting(
         "", help="Megatron-LM checkout holding pretrain_gpt.py", shown_default="$MEGATRON_DIR"
@@ -43,7 +44,17 @@ class MegatronConfig:
     hidden_size: int = setting(768, help="hidden size", unit="features", minimum=1)
     num_attention_heads: int = setting(12, help="attention heads", minimum=1)
     seq_length: int = setting(1024, help="sequence length", unit="tokens", minimum=1)
-    vocab_size: int = setting(32768, help="vocabulary of the null tokenizer", minimum=2)
+    vocab_size: int = setting(
+        32768,
+        help="vocabulary of the null tokenizer (with --data: above the dataset's largest id)",
+        minimum=2,
+    )
+    data: str = setting(
+        "",
+        help="Megatron indexed dataset PREFIX (PREFIX.bin + PREFIX.idx, e.g. from mtb data "
+        "prepare) passed as --data-path; checked and its SHA256 recorded before launch",
+        shown_default="mock data (--mock-data)",
+    )
     micro_batch_size: int = setting(1, help="sequences per rank per micro-step", minimum=1)
     global_batch_size: int = setting(8, help="sequences per iteration, all ranks", minimum=1)
     precision: str = setting("bf16", help="numeric precision", choices=PRECISIONS)

@@ -103,7 +103,7 @@ def launch(
     config: MegatronConfig, checkout: Checkout, topology: Topology, repeat: int, log_dir: Path
 ) -> dict:
     """Run one topology once; the launch record of the result document."""
-    argv = command.build(config, topology, str(checkout.script))
+    argv = command.build(config, topology, str(checkout.script), str(log_dir / "data-cache"))
     stem = log_dir / f"{topology.name}-r{repeat}"
     log_dir.mkdir(parents=True, exist_ok=True)
     stdout, stderr = stem.with_suffix(".stdout"), stem.with_suffix(".stderr")
