@@ -1,8 +1,9 @@
-"""Expert parallelism (--ep 2) in ddp and fsdp runs against single on the same global batch.
+"""Expert parallelism (--ep 2) in ddp, fsdp and nd runs against single on the same global batch.
 
 Two MoE workloads, each launched once at ep 2 and once in `single` with the
 whole global batch: top-2 with drops (ddp, saving checkpoints that the
-resume tests load) and top-1 dropless (fsdp on the dense parameters).
+resume tests load) and top-1 dropless (fsdp on the dense parameters, and nd,
+the N-D mesh's FSDP with the experts on its data-parallel ranks).
 """
 
 import pytest
@@ -31,10 +32,14 @@ def runs(tmp_path_factory):
         ref = launch("single", tmp, *args, "--micro-batch-size", "4", nproc=1, name="single")
         assert ref[0].returncode == 0, ref[0].stderr
         found[name] = {"run": (result, state), "reference": ref[1:], "dir": tmp}
+    tmp = tmp_path_factory.mktemp("nd")
+    done, result, state = launch("nd", tmp, *WORKLOADS["top1-dropless"], "--ep", "2")
+    assert done.returncode == 0, done.stderr
+    found["nd"] = {"run": (result, state), "reference": found["top1-dropless"]["reference"]}
     return found
 
 
-@pytest.mark.parametrize("workload", list(WORKLOADS))
+@pytest.mark.parametrize("workload", [*WORKLOADS, "nd"])
 def test_ep2_trains_like_single_on_the_same_global_batch(runs, workload):
     found = runs[workload]
     result, state = found["run"]
@@ -53,6 +58,34 @@ def test_ep2_of_dp4_reduces_expert_gradients_over_replicas(tmp_path):
     one = launch("single", tmp_path, *args[:-2], "--micro-batch-size", "4", nproc=1, name="one")
     assert one[0].returncode == 0, one[0].stderr
     assert_same_training(result, state, one[1:])
+
+
+@pytest.mark.slow(reason="two 4-rank launches")
+@pytest.mark.four_ranks
+def test_nd_hsdp_with_ep2_trains_like_single(tmp_path):
+    """nd dp_replicate 2 x dp_shard 2 with ep 2: HSDP's 2-D mesh on the dense parameters,
+    each expert on 2 of the 4 ranks; the gradient norm summed across both."""
+    args = [*WORKLOADS["top1-dropless"], "--micro-batch-size", "1"]
+    layout = ["--dp-replicate", "2", "--dp-shard", "2", "--ep", "2"]
+    done, result, state = launch("nd", tmp_path, *args, *layout, nproc=4)
+    assert done.returncode == 0, done.stderr
+    parallel = result["config"]["parallel"]
+    assert (result["environment"]["layout"]["ep"], parallel["dp_replicate"]) == (2, 2)
+    one = launch("single", tmp_path, *WORKLOADS["top1-dropless"], "--micro-batch-size", "4",
+                 nproc=1, name="one")  # fmt: skip
+    assert one[0].returncode == 0, one[0].stderr
+    assert_same_training(result, state, one[1:])
+
+
+def test_nd_refuses_ep_beside_tp_cp_or_pp_before_launch(invoke_strategies):
+    for beside in ("--tp", "--cp", "--pp"):
+        args = ["--strategy", "nd", *MOE[2:], "--preset", "tiny-moe", "--ep", "2", beside, "2"]
+        done = invoke_strategies("--device", "cpu", "--nproc-per-node", "4", *args)
+        assert done.exit_code == 2, done.output
+        errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "Traceback" not in done.output, done.output
+        assert "parallel.ep: 2 runs over data-parallel ranks only" in errors[0]
+        assert f"with {beside[2:]} 2 (use tp = cp = pp = 1 with ep)" in errors[0]
 
 
 def test_steps_record_routing_and_all_to_all_figures(runs):

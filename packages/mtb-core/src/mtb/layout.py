@@ -133,6 +133,11 @@ class Layout:
         at = self.coordinates(rank)
         return at["cp"] == 0 and at["tp"] == 0 and at["pp"] == 0
 
+    def routes_own_tokens(self, rank: int) -> bool:
+        """One rank of each tp group stands for the tokens its peers route too (tp ranks
+        run an MoE layer's router on the same tokens); cp ranks route their own."""
+        return self.coordinates(rank)["tp"] == 0
+
     def beyond_data_parallel(self) -> list[str]:
         """The dimensions above 1 that a pure data-parallel strategy cannot take."""
         return [dim for dim in MODEL_DIMS if getattr(self, dim) > 1]

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mtb.config import ModelConfig
+from mtb.layout import stage_layers
 from mtb.moe import MoE, checkpoint_contexts
 
 
@@ -184,24 +185,35 @@ def rank_parameter_count(cfg: ModelConfig, tp: int = 1, pp: int = 1) -> int:
     Tensor parallelism splits q/k/v, the MLP's up projection (weights and
     biases), both output projections' weights and the token embedding and
     head by vocabulary rows; biases after a row split, the norms and the
-    position embedding stay whole. A pipeline stage holds
-    its share of blocks (the first ones one more when they do not divide),
-    the first stage the embeddings, the last the final norm and the head (a
-    tied head is a copy there once the stages differ). Without either, every
-    parameter (an MoE model's experts included).
+    position embedding stay whole. An MoE block's router and experts stay
+    whole on every tp rank (tensor parallelism splits its attention only).
+    A pipeline stage holds its blocks (the first stages one more when they
+    do not divide), the first stage the embeddings, the last the final norm
+    and the head (a tied head is a copy there once the stages differ).
+    Without either, every parameter (an MoE model's experts included).
     """
     if tp == pp == 1:
         return parameter_count(cfg)
+    vocabulary = cfg.vocab_size * cfg.d_model // tp
+    embeddings = vocabulary + cfg.seq_len * cfg.d_model
+    head = 2 * cfg.d_model + (0 if cfg.tie_embeddings and pp == 1 else vocabulary)
+    held = [
+        sum(_rank_block_parameters(cfg, i, tp) for i in blocks)
+        for blocks in stage_layers(cfg.n_layers, pp)
+    ]
+    held[0] += embeddings
+    held[-1] += head
+    return max(held)
+
+
+def _rank_block_parameters(cfg: ModelConfig, index: int, tp: int) -> int:
+    """What one tp rank holds of block ``index``: its split linears' share, the rest whole."""
     d, hidden = cfg.d_model, cfg.mlp_ratio * cfg.d_model
-    split = 3 * d * d + 3 * d + d * d + d * hidden + hidden + hidden * d
-    block = split // tp + 2 * d + 4 * d
-    blocks = -(-cfg.n_layers // pp) * block
-    vocabulary = cfg.vocab_size * d // tp
-    embeddings = vocabulary + cfg.seq_len * d
-    head = 2 * d + (0 if cfg.tie_embeddings and pp == 1 else vocabulary)
-    if pp == 1:
-        return embeddings + blocks + head
-    return max(embeddings, head) + blocks
+    attention, norms = 3 * d * d + 3 * d + d * d, 4 * d
+    if cfg.is_moe_block(index):
+        return attention // tp + d + norms + _ffn_parameters(cfg, index)
+    mlp = d * hidden + hidden + hidden * d
+    return (attention + mlp) // tp + 2 * d + norms
 
 
 def matmul_parameter_count(cfg: ModelConfig) -> int:

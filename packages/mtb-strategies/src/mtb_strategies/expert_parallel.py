@@ -134,10 +134,11 @@ class ExpertParallel:
         """
         from torch.distributed.tensor._ops._math_ops import _NormPartial
 
-        if isinstance(dense_norm, DTensor):
+        if isinstance(dense_norm, DTensor) and dense_norm.device_mesh.ndim == 1:
             mesh, dense_sq = dense_norm.device_mesh, dense_norm.to_local().float().square()
-        else:
-            mesh, dense_sq = self.world_mesh, dense_norm.float().square() / dist.get_world_size()
+        else:  # replicated (DDP), or HSDP's 2-D norm: made whole, a 1/world share each
+            whole = dense_norm.full_tensor() if isinstance(dense_norm, DTensor) else dense_norm
+            mesh, dense_sq = self.world_mesh, whole.float().square() / dist.get_world_size()
         grads = [p.grad.to_local() for p in self.params if p.grad is not None]
         expert_sq = sum((g.float().square().sum() for g in grads), torch.zeros(()))
         local = (dense_sq + expert_sq.to(dense_sq.device) / (self.dp // self.ep)).sqrt()

@@ -17,44 +17,67 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
+    PrepareModuleInputOutput,
     PrepareModuleOutput,
     RowwiseParallel,
     SequenceParallel,
     parallelize_module,
 )
 
-#: the submodules of a block that tensor parallelism shards
-BLOCK_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")
+#: the linears of a block's attention, which tensor parallelism shards in every block
+ATTENTION_LINEARS = ("attn.qkv", "attn.proj")
+#: a dense MLP's linears, sharded too; an MoE layer (router and experts) stays whole on
+#: every tp rank, which all route the same tokens
+MLP_LINEARS = ("mlp.fc", "mlp.proj")
 
 
-def block_plan(sequence_parallel: bool) -> dict:
-    """The parallelize_module plan of one block."""
+def block_plan(sequence_parallel: bool, dense: bool = True) -> dict:
+    """The parallelize_module plan of one block (``dense``: an MLP, not an MoE layer)."""
+    mlp = {"mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()} if dense else {}
     if not sequence_parallel:
-        return {
-            "attn.qkv": ColwiseParallel(),
-            "attn.proj": RowwiseParallel(),
-            "mlp.fc": ColwiseParallel(),
-            "mlp.proj": RowwiseParallel(),
-        }
+        return {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(), **mlp}
     gather = PrepareModuleInput(
         input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
     )
+    if dense:
+        mlp = {
+            "mlp": gather,
+            "mlp.fc": ColwiseParallel(),
+            "mlp.proj": RowwiseParallel(output_layouts=Shard(1)),
+        }
+    else:  # the whole sequence in, each rank's sequence shard of the (replicated) result out
+        mlp = {
+            "mlp": PrepareModuleInputOutput(
+                input_layouts=(Shard(1),),
+                desired_input_layouts=(Replicate(),),
+                use_local_input=True,
+                output_layouts=(Replicate(),),
+                desired_output_layouts=(Shard(1),),
+                use_local_output=True,
+            )
+        }
     return {
         "ln1": SequenceParallel(),
         "attn": gather,
         "attn.qkv": ColwiseParallel(),
         "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
         "ln2": SequenceParallel(),
-        "mlp": gather,
-        "mlp.fc": ColwiseParallel(),
-        "mlp.proj": RowwiseParallel(output_layouts=Shard(1)),
+        **mlp,
     }
 
 
+def _names(module: nn.Module) -> set[str]:
+    return {name for name, _ in module.named_modules()}
+
+
 def is_block(module: nn.Module) -> bool:
-    """A GPT block: the linears of the plan are all there."""
-    names = {name for name, _ in module.named_modules()}
-    return all(linear in names for linear in BLOCK_LINEARS)
+    """A GPT block: its attention's linears are there."""
+    return all(linear in _names(module) for linear in ATTENTION_LINEARS)
+
+
+def is_dense(block: nn.Module) -> bool:
+    """A block whose feed-forward is an MLP (not an MoE layer)."""
+    return all(linear in _names(block) for linear in MLP_LINEARS)
 
 
 def parallelize_vocabulary(module: nn.Module, tp_mesh) -> None:
@@ -86,7 +109,7 @@ def parallelize(module: nn.Module, tp_mesh, sequence_parallel: bool) -> nn.Modul
     parallelize_vocabulary(module, tp_mesh)
     blocks = [m for m in module.modules() if is_block(m)]
     for block in blocks:
-        parallelize_module(block, tp_mesh, block_plan(sequence_parallel))
+        parallelize_module(block, tp_mesh, block_plan(sequence_parallel, is_dense(block)))
     if sequence_parallel and blocks:
         split = PrepareModuleInput(
             input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True
