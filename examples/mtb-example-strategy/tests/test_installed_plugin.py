@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mtb.testing import PluginPackageTests
+
 TIMEOUT_S = 300
 STRATEGY = "example-localsgd"
 
@@ -39,6 +41,14 @@ def mtb(*args) -> subprocess.CompletedProcess:
         text=True,
         timeout=TIMEOUT_S,
     )
+
+
+class TestInstalledDistribution(PluginPackageTests):
+    """mtb.testing's checks of an installed plugin: entry point, version, allow-list, no torch."""
+
+    entry_point = "example"
+    distribution = "mtb-example-strategy"
+    package = "mtb_example_strategy"
 
 
 def test_mtb_plugins_lists_the_example_plugin():

@@ -27,9 +27,11 @@ def train(engine, steps: int) -> None:
         engine.optimizer_step()
 
 
-def test_strategy_syncs_every_two_steps():
-    assert LocalSGDStrategy.sync_every == 2
-    assert LocalSGDStrategy().unavailable_reason() is None
+def test_strategy_syncs_every_two_steps_unless_its_option_says_otherwise():
+    strategy = LocalSGDStrategy()
+    assert strategy.resolve_options({}) == {"localsgd_sync_every": 2}
+    assert strategy.resolve_options({"localsgd_sync_every": 4}) == {"localsgd_sync_every": 4}
+    assert strategy.unavailable_reason() is None
 
 
 def test_one_process_without_a_group_is_plain_training():

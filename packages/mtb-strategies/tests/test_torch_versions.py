@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from mtb.api import SyncCounter
 from mtb_strategies.fsdp_engine import CountingReduceScatter
-from mtb_strategies.sync_modes import SyncCounter
 
 pytestmark = pytest.mark.timeout(60)
 

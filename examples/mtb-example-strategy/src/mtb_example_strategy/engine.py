@@ -3,7 +3,7 @@
 import torch
 import torch.distributed as dist
 
-from mtb.api import Engine, StepInfo
+from mtb.api import CountedSyncEngine, StepInfo, SyncCounter
 
 
 def _process_group_world() -> int:
@@ -59,26 +59,32 @@ def broadcast_parameters(model: torch.nn.Module, src: int = 0) -> None:
         _each_bucket_flat(model, lambda flat: dist.broadcast(flat, src=src))
 
 
-class LocalSGDEngine(Engine):
+class LocalSGDEngine(CountedSyncEngine):
     """The plain engine (no gradient sync), plus a parameter average every ``sync_every`` steps.
 
     On one process without a process group this is exactly plain training.
     Gradients are never synchronised, so the gradient norm the trainer records
     (the plain engine's, every step) is each rank's own, not a global one.
+    The averages are counted with mtb.api's SyncCounter: a step's
+    ``gradient_syncs`` is 1 when it averaged the replicas, else 0.
     """
 
     def __init__(self, model, optimizer, context, sync_every: int = 2):
         if sync_every < 1:
             raise ValueError(f"sync_every must be at least 1, got {sync_every}")
-        super().__init__(model, optimizer, context)
+        super().__init__(model, optimizer, context, f"every {sync_every} steps", SyncCounter())
         self.sync_every = sync_every
         self.local_steps = 0
         self.syncs = 0
 
     def optimizer_step(self, *args, **kwargs) -> StepInfo:
         """The local step (clipping, scaler) as the plain engine does it, then maybe a sync."""
-        info = super().optimizer_step(*args, **kwargs)
+        info = super().optimizer_step(*args, **kwargs)  # counts what backward issued: nothing
         self.local_steps += 1
-        if self.local_steps % self.sync_every == 0 and average_parameters(self.model):
-            self.syncs += 1
+        if self.local_steps % self.sync_every == 0:
+            with self.counter.bracket():
+                if average_parameters(self.model):
+                    self.counter.issued()
+                    self.syncs += 1
+            info.gradient_syncs = self.counter.take()
         return info

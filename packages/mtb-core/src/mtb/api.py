@@ -7,7 +7,8 @@ packages to this module). Importing it stays cheap: names that need torch
 
 Contracts: Strategy, StrategyOption, Option (a setting of any plugin), Layout (the
 parallel layout a strategy checks and builds its mesh from), Engine
-(with StepHooks, StepInfo, ModelStateBytes), CheckpointBackend, Profiler (with
+(with StepHooks, StepInfo, ModelStateBytes; CountedSyncEngine and SyncCounter to
+report gradient synchronisations), CheckpointBackend, Profiler (with
 ProfileSession), Reporter, MetricLogger (with LoggerRun and MetricSession), hookimpl;
 the MoE router and layer (:mod:`mtb.moe`); token files (:mod:`mtb.token_files`: open and
 check a nanoGPT or Megatron file, and the digests of what was read).
@@ -70,12 +71,15 @@ if TYPE_CHECKING:
     from mtb.profiling.trace import load as load_trace
     from mtb.provenance import torch_info, utc_now
     from mtb.results import STATUSES, error_class, failure_document, failure_status, from_document
+    from mtb.sync_counting import CountedSyncEngine, SyncCounter
     from mtb.testing import PluginRun, PluginRunner, mtb_plugin
 
 #: the rest, imported on first use so that a plugin's import stays cheap (torch, rich,
 #: the launcher): public name -> (module, attribute, or None for the module itself)
 _LAZY = {
     "Engine": ("mtb.engine", "Engine"),
+    "CountedSyncEngine": ("mtb.sync_counting", "CountedSyncEngine"),
+    "SyncCounter": ("mtb.sync_counting", "SyncCounter"),
     "StepInfo": ("mtb.engine", "StepInfo"),
     "StepHooks": ("mtb.engine", "StepHooks"),
     "ModelStateBytes": ("mtb.engine", "ModelStateBytes"),
@@ -160,6 +164,7 @@ __all__ = [
     "Batch",
     "CheckpointBackend",
     "ConfigError",
+    "CountedSyncEngine",
     "Engine",
     "GlobalBatch",
     "LaunchConfig",
@@ -186,6 +191,7 @@ __all__ = [
     "StepMetrics",
     "Strategy",
     "StrategyOption",
+    "SyncCounter",
     "SyntheticTokens",
     "TokenWindows",
     "UsageError",

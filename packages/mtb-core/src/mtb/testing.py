@@ -41,6 +41,8 @@ class PluginPackageTests:
     entry_point = ""
     distribution = ""
     package = ""
+    #: the module the entry point names; empty: ``<package>.plugin``
+    module = ""
 
     def _manager(self, allow: str | None = None):
         saved = {k: os.environ.pop(k, None) for k in ("MTB_LOAD_PLUGINS", "MTB_PLUGIN_MODULES")}
@@ -54,7 +56,8 @@ class PluginPackageTests:
 
     def test_registered_under_its_entry_point_with_its_distribution(self):
         pm = self._manager()
-        assert pm.get_plugin(self.entry_point) is importlib.import_module(f"{self.package}.plugin")
+        module = self.module or f"{self.package}.plugin"
+        assert pm.get_plugin(self.entry_point) is importlib.import_module(module)
         info = pm.info(self.entry_point)
         assert (info.name, info.distribution) == (self.entry_point, self.distribution)
         assert info.version == version(self.distribution) and not info.builtin

@@ -5,10 +5,8 @@ import contextlib
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from mtb.api import cpu_copy
-from mtb_strategies.counted_engine import CountedSyncEngine
+from mtb.api import CountedSyncEngine, SyncCounter, cpu_copy
 from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
-from mtb_strategies.sync_modes import SyncCounter
 
 
 def counting_allreduce(counter: SyncCounter, bucket):

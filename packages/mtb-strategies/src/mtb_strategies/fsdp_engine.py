@@ -7,9 +7,8 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
-from mtb_strategies.counted_engine import CountedSyncEngine
+from mtb.api import CountedSyncEngine, SyncCounter
 from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
-from mtb_strategies.sync_modes import SyncCounter
 
 
 class CountingReduceScatter(DefaultReduceScatter):

@@ -4,10 +4,11 @@ import contextlib
 
 from torch.distributed.fsdp import FSDPModule
 
+from mtb.api import SyncCounter
 from mtb_strategies import context_parallel
 from mtb_strategies import mesh as meshes
+from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
 from mtb_strategies.fsdp_engine import FSDPEngine, shard
-from mtb_strategies.sync_modes import SyncCounter
 from mtb_strategies.tensor_parallel import parallelize, reduce_partial_grads
 from mtb_strategies.tp_collectives import CollectiveCounter
 
@@ -101,3 +102,19 @@ class NDEngine(FSDPEngine):
         if self.tp_counts is not None:
             details["tp_collectives_per_step"] = self.tp_counts
         return details
+
+
+class ExpertParallelNDEngine(ExpertParallelEngine, NDEngine):
+    """FSDP2 or HSDP on the data-parallel mesh over the dense parameters; the experts of
+    every MoE layer sharded over ep ranks of the data-parallel ones, left out of FSDP."""
+
+    @classmethod
+    def build(cls, model, make_optimizer, context, sync_mode: str):
+        experts = ExpertParallel(context)
+        experts.shard(model)
+        dp = meshes.dp_mesh(meshes.build_mesh(context), context.layout)
+        counter = SyncCounter()
+        shard(model, context, counter, dp, experts.params)
+        engine = cls(model, make_optimizer(model.parameters()), context, sync_mode, counter)
+        engine.expert_parallel = experts
+        return engine

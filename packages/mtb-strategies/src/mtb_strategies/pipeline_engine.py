@@ -14,10 +14,9 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from mtb.api import Engine, cpu_copy, pipeline_microbatches
+from mtb.api import Engine, SyncCounter, cpu_copy, pipeline_microbatches
 from mtb_strategies import pipeline_schedule
 from mtb_strategies.pipeline_stages import split
-from mtb_strategies.sync_modes import SyncCounter
 
 #: get/set_state_dict options: each rank's optimizer state under its own parameters' names
 #: (stages hold different parameters, so unflattened param_groups would clash in DCP)

@@ -4,8 +4,7 @@ import contextlib
 import json
 import os
 
-from mtb.api import ConfigError, Engine, ModelStateBytes, StepInfo
-from mtb_strategies.sync_modes import SyncCounter
+from mtb.api import ConfigError, Engine, ModelStateBytes, StepInfo, SyncCounter
 
 #: deepspeed.comm functions that reduce gradients; counted while backward runs
 REDUCTIONS = (
