@@ -303,3 +303,18 @@ def test_a_failed_write_becomes_one_line_naming_the_cause(tmp_path):
         write_errors.one_line_failures(tmp_path, "step_00000004"),
     ):
         raise full
+
+
+def test_a_resume_that_is_not_exact_says_what_changed(capsys):
+    """tp 2 resumed as fsdp on the same 2 ranks changed the layout, not the world size."""
+    from mtb.checkpoint.lifecycle import Resumed, layout_change
+    from mtb.checkpoint.session import announce
+
+    assert layout_change(2, "dp2", 2, "dp2") is None
+    assert layout_change(4, "dp4", 2, "dp2") == "world size changed (4 -> 2), data order differs"
+    changed = layout_change(2, "tp2", 2, "dp2")
+    assert changed.startswith("layout changed (tp2 -> dp2) on the same 2 ranks")
+    resumed = Resumed("ckpt/step-3", 3, 384, 0.1, "newest", False, 2, [], 0.1, changed=changed)
+    announce(resumed)
+    line = capsys.readouterr().err
+    assert f"not exact: {changed}" in line and "world size changed" not in line

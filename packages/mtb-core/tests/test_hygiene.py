@@ -68,14 +68,20 @@ def test_result_document_round_trips_through_cattrs(invoke, tmp_path):
     assert json.loads(json.dumps(to_document(result))) == doc
 
 
-def test_clashing_plugins_fail_every_command_with_one_line():
-    done = mtb_subprocess(["--help"], env={"MTB_PLUGIN_MODULES": "mtb_test_clash"}, timeout=60)
-    assert done.returncode == 2
-    assert done.stderr.strip() == (
-        "Error: strategy 'single' is registered by both 'mtb.strategies.single' "
-        f"(mtb-core {__version__}) and 'mtb_test_clash' (unpackaged); "
-        "uninstall one or exclude it with MTB_DISABLE_PLUGINS"
+def test_a_clashing_plugin_is_skipped_and_every_command_still_works():
+    env = {"MTB_PLUGIN_MODULES": "mtb_test_clash"}
+    warning = (
+        "mtb: warning: plugin 'mtb_test_clash' is skipped: strategy 'single' is registered by "
+        f"both 'mtb.strategies.single' (mtb-core {__version__}) and 'mtb_test_clash' "
+        "(unpackaged); uninstall one or exclude it with MTB_DISABLE_PLUGINS"
     )
+    for args in (["--help"], ["--version"], ["plugins"]):
+        done = mtb_subprocess(args, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip() == warning
+    strict = mtb_subprocess(["--help"], env={**env, "MTB_STRICT_PLUGINS": "1"}, timeout=60)
+    assert strict.returncode == 2
+    assert strict.stderr.strip() == f"Error: {warning.removeprefix('mtb: warning: ')}"
 
 
 @pytest.mark.slow

@@ -24,6 +24,23 @@ def run_two_ranks(tmp_path, *extra, env=None):
     return done, out
 
 
+@pytest.mark.slow(reason="a 2-rank launch")
+def test_plugin_failures_are_said_once_on_a_two_rank_run(tmp_path):
+    """A plugin that fails to import warns once (not once per process); a reporter that
+    raises after the result is written is one line, and the run's error blames no rank."""
+    modules = "mtb_test_allreduce,mtb_test_boom,mtb_test_no_such_module"
+    done, out = run_two_ranks(tmp_path, "--report", "boom", env={"MTB_PLUGIN_MODULES": modules})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("plugin 'mtb_test_no_such_module' failed to load") == 1
+    failure = "reporter 'boom' of plugin mtb_test_boom failed: ValueError: cannot render"
+    assert done.stderr.count(failure) == 2  # its own line, and the run's error names the first
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"Error: result written to {out} and kept; 1 plugin(s) failed, first: {failure}"
+    )
+    assert "rank 0" not in done.stderr
+    assert read_json(out)["status"] == "ok"
+
+
 @pytest.mark.slow(reason="a 2-rank launch; 57 s seen on a loaded 2-core machine")
 def test_two_rank_launch_writes_one_result_with_every_rank(tmp_path):
     done, out = run_two_ranks(tmp_path)
@@ -49,7 +66,10 @@ def test_failing_worker_exits_1_naming_the_rank(tmp_path):
     done, out = run_two_ranks(tmp_path, "--timeout", "120", env={"MTB_TEST_FAIL_RANK": "1"})
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last == "Error: rank 1 failed: RuntimeError: injected failure on rank 1"
+    assert last == (
+        "Error: rank 1 failed: strategy 'test-allreduce' of plugin mtb_test_allreduce "
+        "failed in setup: RuntimeError: injected failure on rank 1"
+    )
     assert "Traceback" not in done.stderr
     doc = read_json(out)
     assert (doc["status"], doc["error"]) == ("failed", last.removeprefix("Error: "))

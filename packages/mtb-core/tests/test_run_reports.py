@@ -66,7 +66,7 @@ def test_a_reporter_that_raises_is_one_line_and_the_result_is_kept(pm, invoke, t
     lines = result.output.strip().splitlines()
     assert f"mtb: {failure}" in lines
     assert lines[-1] == (
-        f"Error: result written to {out} and kept; 1 plugin(s) failed after it, first: {failure}"
+        f"Error: result written to {out} and kept; 1 plugin(s) failed, first: {failure}"
     )
     assert "Traceback" not in result.output
     assert read_json(out)["status"] == "ok"

@@ -160,7 +160,7 @@ def test_an_observer_that_raises_after_training_keeps_the_result(pm, invoke, tmp
     failure = "mtb_run_end of plugin raising-observer failed: ValueError: observer broke"
     assert f"mtb: {failure}" in lines
     assert lines[-1] == (
-        f"Error: result written to {out} and kept; 1 plugin(s) failed after it, first: {failure}"
+        f"Error: result written to {out} and kept; 1 plugin(s) failed, first: {failure}"
     )
     assert "Traceback" not in result.output
     assert read_json(out)["status"] == "ok"

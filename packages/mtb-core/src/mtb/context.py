@@ -24,6 +24,8 @@ class RunContext:
     trial: int = 0
     #: the current trial's engine, for observers that inspect the model
     engine: object = None
+    #: calls the observer hooks and keeps what failed in them (mtb.observers.Observers)
+    observers: object = None
 
     @property
     def distributed(self) -> bool:

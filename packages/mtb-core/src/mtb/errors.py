@@ -65,6 +65,11 @@ def found_in(error: BaseException, kind: type[BaseException]) -> BaseException |
     return None
 
 
+class PluginsFailed(RunFailed):
+    """The run finished and its result is written; plugins failed in observing or rendering
+    it (each already said on stderr). No rank failed: the launcher says so without a rank."""
+
+
 class Interrupted(RunFailed):
     """The run was stopped by a signal to the launcher (Ctrl-C, SIGTERM): exit 128 + N."""
 

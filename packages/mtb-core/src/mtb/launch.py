@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mtb import config as config_mod
 from mtb import lifeline, memory, provenance
-from mtb.errors import Interrupted, RunFailed, one_line
+from mtb.errors import Interrupted, PluginsFailed, RunFailed, one_line
 from mtb.results import OOM_MARKERS
 
 
@@ -167,6 +167,8 @@ def _failure_message(error) -> str:
     message = failure.message or ""
     if not message or message.startswith("To enable traceback"):
         message = f"exit code {failure.exitcode}"
+    if isinstance(failure.error_file_data, dict) and failure.error_file_data.get("after_result"):
+        return message.splitlines()[0]
     return f"rank {rank} failed: {message.splitlines()[0]}"
 
 
@@ -215,8 +217,15 @@ def spawn(config, module: str = "mtb.worker", *args: str) -> None:
 
 
 def record_error(error: BaseException) -> None:
-    """One line on stderr and in torchelastic's error file, for the launcher to report."""
-    lifeline.record(one_line(error))
+    """One line on stderr and in torchelastic's error file, for the launcher to report.
+
+    Plugins that failed around a written result were each said already: their
+    summary goes to the launcher only, marked so that it blames no rank.
+    """
+    if isinstance(error, PluginsFailed):
+        lifeline.record(one_line(error), echo=False, after_result=True)
+    else:
+        lifeline.record(one_line(error))
 
 
 def _call_recording_errors(function, *args):

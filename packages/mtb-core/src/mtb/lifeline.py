@@ -59,9 +59,11 @@ def _watch_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def record(message: str, **extra) -> None:
-    """One line on stderr and in torchelastic's error file, for the launcher to report."""
-    print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr, flush=True)
+def record(message: str, echo: bool = True, **extra) -> None:
+    """One line on stderr (unless ``echo`` is off) and in torchelastic's error file, for the
+    launcher to report."""
+    if echo:
+        print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr, flush=True)
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:  # whole or not at all: an out-of-memory rank may fail while writing
         document = {"message": message, "timestamp": int(time.time()), **extra}

@@ -14,7 +14,7 @@ import pluggy
 
 from mtb import errors, hookspecs
 from mtb.errors import PluginError
-from mtb.registry import KINDS, Registry, collect
+from mtb.registry import KINDS, NameClash, Registry, collect
 
 ENTRY_POINT_GROUP = "mtb"
 
@@ -86,15 +86,32 @@ def _strict() -> bool:
 
 
 def warn(message: str) -> None:
-    """One warning line on stderr; in strict mode (MTB_STRICT_PLUGINS=1) an error instead."""
+    """One warning line on stderr; in strict mode (MTB_STRICT_PLUGINS=1) an error instead.
+
+    Said once per run: a worker of mtb's launcher, which loaded the same plugins and
+    warned before starting it, stays quiet, and of ``torchrun -m mtb``'s workers only
+    rank 0 speaks.
+    """
     if _strict():
         raise PluginError(message.replace(", skipped", ""))
+    if _said_elsewhere():
+        return
     errors.warn(message)
 
 
+def _said_elsewhere() -> bool:
+    """Whether the launcher, or rank 0, gives this process's plugin warnings."""
+    from mtb.lifeline import LAUNCHER_VARIABLE
+
+    launcher = os.environ.get(LAUNCHER_VARIABLE)
+    if launcher is not None and launcher != str(os.getpid()):  # the launcher sets it for itself
+        return True
+    return os.environ.get("RANK", "0") != "0"
+
+
 def _why(error: BaseException) -> str:
-    detail = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
+    """The error's first line: its type too, unless mtb wrote the message for the user."""
+    return errors.one_line(error)
 
 
 def _load(pm: "MtbPluginManager", name: str, info: PluginInfo, load) -> None:
@@ -244,11 +261,15 @@ class MtbPluginManager(pluggy.PluginManager):
             warn(f"plugin {name!r} {reason}")
 
     def drop(self, name: str, hook: str, error: BaseException) -> None:
-        """Unregister a plugin whose ``hook`` raised: one warning, fatal in strict mode."""
+        """Unregister a plugin whose ``hook`` raised, or whose names clash with an earlier
+        plugin's: one warning, fatal in strict mode."""
         info = self.info(name)
         if self.get_plugin(name) is not None:
             self.unregister(name=name)
-        self.fail(name, "failed", f"failed in {hook}, skipped: {_why(error)}", info)
+        if isinstance(error, NameClash):
+            self.fail(name, "skipped", f"is skipped: {error}", info)
+        else:
+            self.fail(name, "failed", f"failed in {hook}, skipped: {_why(error)}", info)
 
     def registry(self, kind: str) -> Registry:
         """Items of ``kind`` ("strategy", "reporter", ...), collected once and cached."""

@@ -68,7 +68,7 @@ class Registry:
             )
         if name in self.items:
             first = self.items[name].plugin
-            raise PluginError(
+            raise NameClash(
                 f"{self.kind.name} {name!r} is registered by both {describe(first)} and "
                 f"{describe(plugin)}; uninstall one or exclude it with MTB_DISABLE_PLUGINS"
             )
@@ -81,7 +81,7 @@ class Registry:
             theirs = {o.name: o for o in getattr(other.item, "options", ())}
             for option in getattr(item, "options", ()):
                 if theirs.get(option.name, option) != option:
-                    raise PluginError(
+                    raise NameClash(
                         f"option {option.name!r} is declared differently by {self.kind.name} "
                         f"{other.name!r} of {describe(other.plugin)} and {self.kind.name} "
                         f"{name!r} of {describe(plugin)}; rename one"
@@ -109,6 +109,15 @@ class Registry:
         return entry.item
 
 
+class NameClash(PluginError):
+    """A plugin registered a name, or declared an option, that an earlier plugin holds."""
+
+    def __init__(self, message: str, plugin: str = ""):
+        super().__init__(message)
+        #: the plugin that came second, which is dropped
+        self.plugin = plugin
+
+
 def call_with(impl, **available):
     """One hook implementation called with the arguments it names, out of ``available``."""
     return impl.function(*(available[arg] for arg in impl.argnames))
@@ -119,15 +128,20 @@ def call_each(pm, hook: str, arguments: Callable[[str], dict], undo: Callable[[s
 
     One that raises is undone (``undo(plugin)``) and its plugin dropped with
     one warning (``pm.drop``: fatal in strict mode), so one broken plugin
-    never stops the others; core's own PluginError (a clash) still stops.
+    never stops the others. A plugin whose name or option clashes with one
+    registered before it (built-ins register first) is dropped the same way;
+    a strict-mode refusal (PluginError) stops.
     """
     for impl in getattr(pm.hook, hook).get_hookimpls():
         if pm.get_plugin(impl.plugin_name) is None:  # dropped meanwhile, by a hook called here
             continue
         try:
             call_with(impl, **arguments(impl.plugin_name))
-        except PluginError:
-            raise
+        except PluginError as error:
+            if not isinstance(error, NameClash):
+                raise
+            undo(impl.plugin_name)
+            pm.drop(impl.plugin_name, hook, error)
         except Exception as error:
             undo(impl.plugin_name)
             pm.drop(impl.plugin_name, hook, error)
@@ -160,8 +174,17 @@ def declared_options(pm) -> dict[str, tuple[str, list[Registered]]]:
 
     One name is one flag of ``mtb run``: items of one kind may share it only
     by declaring it identically (``Registry.add`` checks), items of two kinds
-    never; such a clash is refused naming both.
+    never: the plugin of the second is dropped with one warning naming both
+    (fatal in strict mode), and the options are gathered again without it.
     """
+    while True:
+        try:
+            return _gather_options(pm)
+        except NameClash as clash:
+            pm.drop(clash.plugin, "its options", clash)
+
+
+def _gather_options(pm) -> dict[str, tuple[str, list[Registered]]]:
     declared: dict[str, tuple[str, list[Registered]]] = {}
     for kind in KINDS:
         for entry in pm.registry(kind):
@@ -169,10 +192,11 @@ def declared_options(pm) -> dict[str, tuple[str, list[Registered]]]:
                 first_kind, entries = declared.setdefault(option.name, (kind, []))
                 if first_kind != kind:
                     first = entries[0]
-                    raise PluginError(
+                    raise NameClash(
                         f"option {option.name!r} is declared by {_noun(first_kind)} "
                         f"{first.name!r} of {pm.describe(first.plugin)} and by {_noun(kind)} "
-                        f"{entry.name!r} of {pm.describe(entry.plugin)}; rename one"
+                        f"{entry.name!r} of {pm.describe(entry.plugin)}; rename one",
+                        plugin=entry.plugin,
                     )
                 if entry not in entries:
                     entries.append(entry)

@@ -90,6 +90,8 @@ class RunResult:
     verified: bool | None = None
     #: plugin, distribution and version of the strategy, backend, profiler and reporters used
     components: dict | None = None
+    #: observer hooks that raised during the run: plugin, hook, ranks, error (mtb.observers)
+    plugin_failures: list[dict] = attrs.field(factory=list)
 
 
 def document_kind(config) -> str:
@@ -155,7 +157,10 @@ def reduce_trial(
             "clipped": s.clipped,
             "skipped": s.skipped,
             "gradient_syncs": s.gradient_syncs,
-            **_moe_entry([steps[i] for steps in measured], per_phase["step_ms"][i]),
+            **_moe_entry(
+                [steps[i] for rank, steps in enumerate(measured) if layout.routes_own_tokens(rank)],
+                per_phase["step_ms"][i],
+            ),
         }
         for i, s in enumerate(measured[0])
     ]
@@ -208,6 +213,10 @@ def _moe_summary(trials: list[Trial]) -> dict:
     }
 
 
+#: a model-state estimate further than this (relative) from the measured bytes is flagged
+ESTIMATE_TOLERANCE = 0.10
+
+
 def estimate_error(measured: float | None, estimate: int) -> float | None:
     """Relative error of the analytic estimate against the measured bytes."""
     return (estimate - measured) / measured if measured else None
@@ -248,9 +257,9 @@ def summarize_trials(trials: list[Trial], state_estimate: dict) -> dict:
         "model_state_estimate_bytes": state_estimate,
         **_moe_summary(trials),
     }
-    summary["model_state_estimate_error"] = estimate_error(
-        summary["model_state_bytes_per_rank"]["mean"], state_estimate["total"]
-    )
+    error = estimate_error(summary["model_state_bytes_per_rank"]["mean"], state_estimate["total"])
+    summary["model_state_estimate_error"] = error
+    summary["model_state_estimate_off"] = error is not None and abs(error) > ESTIMATE_TOLERANCE
     for phase in PHASES:
         summary[phase] = series(lambda t, p=phase: sum(s[p] for s in t.steps) / len(t.steps))
     if "cuda_max_allocated_bytes" in trials[0].per_rank[0].memory:

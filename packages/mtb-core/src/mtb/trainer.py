@@ -23,10 +23,12 @@ from mtb.compiling import CompileTimer, check_measured, compile_blocks
 from mtb.data import GlobalBatch
 from mtb.distributed import rank_rows
 from mtb.engine import StepHooks, make_optimizer, norm_shard
-from mtb.errors import NonFiniteError
+from mtb.errors import MtbError, NonFiniteError, RunFailed, one_line
+from mtb.launch import LaunchTimeout
 from mtb.metrics import StepMetrics
 from mtb.model import GPT
 from mtb.moe import take_step
+from mtb.observers import Observers
 from mtb.profiling.ranges import ranges
 from mtb.schedule import lr_at
 from mtb.seeding import seed_model_init, seed_training
@@ -83,7 +85,7 @@ class Trainer:
         self.context = context
         self.strategy = strategy
         self.pm = pm
-        self.hooks = pm.hook
+        self.observers = context.observers = Observers(pm, context.rank)
         self.training = context.config.training
         self.range = ranges(False)
         self.moe_layers: list = []
@@ -104,15 +106,13 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.context.device)
         model = build_model(self.context)
         self.moe_layers = model.moe_layers()
-        engine = self.strategy.setup(
-            model, lambda params: make_optimizer(params, self.training), self.context
-        )
+        engine = self.set_up(model)
         self.context.engine = engine
         seed_training(self.context)  # before a resume restores the saved RNG states
         session = CheckpointSession(self.context, self.strategy, self.pm, engine)
         data = self.data()
         clock = PhaseClock(self.context.device)
-        self.hooks.mtb_trial_start(context=self.context)
+        self.observers.call("mtb_trial_start", context=self.context)
         steps = []
         start = session.start_step
         self.metered_step = None if self.training.compile else start
@@ -124,7 +124,7 @@ class Trainer:
                 metrics = self.step(engine, data, clock, step, warmup=step < start + warmup)
                 metrics.compile_ms = compiling.take()
                 steps.append(metrics)
-                self.hooks.mtb_step_end(context=self.context, metrics=metrics)
+                self.observers.call("mtb_step_end", context=self.context, metrics=metrics)
                 session.after_step(step + 1, metrics)
                 if on_step is not None:
                     on_step(metrics)
@@ -147,6 +147,21 @@ class Trainer:
             digests,
             engine_metrics,
         )
+
+    def set_up(self, model):
+        """The strategy's engine for ``model``; a setup that raises names strategy and plugin."""
+        try:
+            return self.strategy.setup(
+                model, lambda params: make_optimizer(params, self.training), self.context
+            )
+        except (MtbError, LaunchTimeout):  # already said for the user, or the deadline
+            raise
+        except Exception as error:
+            name = self.context.config.strategy
+            plugin = self.pm.registry("strategy").items[name].plugin
+            raise RunFailed(
+                f"strategy {name!r} of plugin {plugin} failed in setup: {one_line(error)}"
+            ) from error
 
     def batches(self, data, step: int) -> list:
         """The micro-batches of ``step`` on this rank."""

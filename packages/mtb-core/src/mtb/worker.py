@@ -17,13 +17,14 @@ from mtb import (
     distributed,
     memory,
     metric_logging,
+    observers,
     provenance,
     run_reports,
 )
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.documents import document_provenance, plugin_list, result_document, write_result
-from mtb.errors import RunFailed, one_line
+from mtb.errors import PluginsFailed, one_line
 from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
 from mtb.model import (
@@ -227,7 +228,8 @@ def report(context, pm, document: dict) -> list[str]:
         profiling.write_summaries(document["profile"])
         print(f"profile written to {document['profile']['directory']}", flush=True)
     print(f"result written to {written}", flush=True)
-    failures = run_reports.render(pm, document, context.config)
+    failures = observers.lines(document["plugin_failures"])
+    failures += run_reports.render(pm, document, context.config)
     failures += notify_run_end(context, pm, document)
     for failure in failures:
         print(f"mtb: {failure}", file=sys.stderr, flush=True)
@@ -258,19 +260,21 @@ def run(config, pm) -> dict | None:
     with metric_logging.logging_run(context, pm) as loggers:
         records, profile = train(context, pm, loggers)
         records_by_rank = distributed.gather(context, records)
+        hooks_failed = observers.merged(distributed.gather(context, context.observers.failures))
         profiles = distributed.gather(context, profile) if profile is not None else None
         peaks = distributed.gather(context, (socket.gethostname(), peak))
         nodes = node_provenance(context)
         document, failures = None, []
         if context.is_main:
             document = assemble(context, pm, records_by_rank, peaks, nodes, started, profiles)
+            document["plugin_failures"] = hooks_failed
             failures = report(context, pm, document)
         loggers.finish(document)
     distributed.teardown(context)
     if failures:
-        raise RunFailed(
+        raise PluginsFailed(
             f"result written to {config.output} and kept; {len(failures)} plugin(s) "
-            f"failed after it, first: {failures[0]}"
+            f"failed, first: {failures[0]}"
         )
     return document
 

@@ -97,9 +97,23 @@ class Resumed:
     upgraded_from: int | None = None
     #: what the checkpoint could not restore (an upgraded one may lack RNG states)
     lacks: list[str] = attrs.Factory(list)
+    #: why the continuation is not exact beyond ``lacks``: what changed (None: nothing)
+    changed: str | None = None
 
     def document(self) -> dict:
         return attrs.asdict(self)
+
+
+def layout_change(saved_world: int, saved: str, world: int, layout: str) -> str | None:
+    """What differs between the checkpoint's ranks and layout and this run's, in words."""
+    if saved_world != world:
+        return f"world size changed ({saved_world} -> {world}), data order differs"
+    if saved != layout:
+        return (
+            f"layout changed ({saved} -> {layout}) on the same {world} ranks: the "
+            "data-parallel degree, and with it each rank's batch and the data order, differ"
+        )
+    return None
 
 
 @attrs.define
@@ -216,7 +230,8 @@ class Checkpointer:
         train_state = state.load_train_state(choice.path)
         lacks = document["lacks"]
         layout = meta.saved_layout(document)["label"]
-        same_layout = document["world_size"] == world and layout == self.context.layout.label
+        changed = layout_change(document["world_size"], layout, world, self.context.layout.label)
+        same_layout = changed is None
         if same_layout and self.context.rank in document["contents"]["rng_ranks"]:
             state.restore_rng(state.load_rng(choice.path, self.context.rank))
         scaler = train_state.get("grad_scaler")
@@ -234,6 +249,7 @@ class Checkpointer:
             load_s=time.perf_counter() - started,
             upgraded_from=document["upgraded_from"],
             lacks=lacks,
+            changed=changed,
         )
 
     # -- saving ---------------------------------------------------------------------------
@@ -322,8 +338,17 @@ class Checkpointer:
             layout.prune(self.target, self.settings.keep_last)
             record.path = str(final)
             record.bytes = sum(f["bytes"] for f in document["files"].values())
-            self.pm.hook.mtb_checkpoint_saved(context=self.context, checkpoint=record)
+            self.notify_saved(record)
         record.total_s = time.perf_counter() - started
+
+    def notify_saved(self, record: SaveRecord) -> None:
+        """``mtb_checkpoint_saved``, through the run's observers where it has them (a
+        failing observer is recorded and the run goes on)."""
+        observers = self.context.observers
+        if observers is None:
+            self.pm.hook.mtb_checkpoint_saved(context=self.context, checkpoint=record)
+        else:
+            observers.call("mtb_checkpoint_saved", context=self.context, checkpoint=record)
 
     def wait(self) -> None:
         """Block until the pending background save is published (its error re-raised)."""

@@ -78,8 +78,8 @@ def announce(resumed) -> None:
     exact = "exact"
     if resumed.lacks:
         exact = f"not exact: the checkpoint lacks {', '.join(resumed.lacks)}"
-    elif not resumed.exact:
-        exact = "not exact: world size changed, data order differs"
+    elif resumed.changed:
+        exact = f"not exact: {resumed.changed}"
     if resumed.upgraded_from is not None:
         exact = f"format {resumed.upgraded_from} upgraded to {FORMAT_VERSION}; {exact}"
     changes = f"; changed: {', '.join(resumed.allowed_changes)}" if resumed.allowed_changes else ""

@@ -6,9 +6,15 @@ command, core's own included (mtb.cli.commands), comes from a plugin's
 ``mtb_register_commands``.
 """
 
+import os
+import sys
+
 import click
 
 from mtb.errors import MtbError
+
+#: set by torchrun's agent in each worker it starts
+TORCHRUN_WORKER = "TORCHELASTIC_RUN_ID"
 
 
 class MtbGroup(click.Group):
@@ -80,4 +86,20 @@ def main() -> None:
     except MtbError as error:  # a broken plugin set (strict mode, clashing names)
         click.echo(f"Error: {error}", err=True)
         raise SystemExit(error.exit_code) from None
+    if TORCHRUN_WORKER in os.environ:  # ``torchrun -m mtb``: leave as launched workers do
+        from mtb.launch import entry
+
+        entry(lambda: exit_code(cli))
     cli(prog_name="mtb")
+
+
+def exit_code(cli: click.Group) -> int:
+    """The exit status of one CLI call, for a caller that must leave by ``os._exit``."""
+    try:
+        cli(prog_name="mtb")
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return done.code or 0
+        print(done.code, file=sys.stderr)
+        return 1
+    return 0
