@@ -7,7 +7,6 @@ raises and a module that fails to import. Run by ``nox -s plugin_example``.
 """
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from test_installed_plugin import STRATEGY, TIMEOUT_S, mtb_executable
+from test_installed_plugin import STRATEGY, TIMEOUT_S
+from test_installed_plugin import mtb as installed_mtb
 
 CLASHING = """
 from mtb.api import Strategy, hookimpl
@@ -88,15 +88,7 @@ def site(tmp_path_factory) -> Path:
 
 
 def mtb(site: Path, *args) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MTB_")}
-    env["PYTHONPATH"] = str(site)
-    return subprocess.run(
-        [mtb_executable(), *map(str, args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    return installed_mtb(*args, pythonpath=str(site))
 
 
 def warnings(proc) -> list[str]:

@@ -30,10 +30,13 @@ def mtb_executable() -> str:
     return found
 
 
-def mtb(*args) -> subprocess.CompletedProcess:
+def mtb(*args, pythonpath: str | None = None) -> subprocess.CompletedProcess:
+    """The installed ``mtb`` with the plugins installed (``pythonpath``: a folder of more)."""
     env = dict(os.environ)
     for variable in ("MTB_LOAD_PLUGINS", "MTB_PLUGIN_MODULES", "MTB_STRICT_PLUGINS"):
         env.pop(variable, None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     return subprocess.run(
         [mtb_executable(), *map(str, args)],
         env=env,
