@@ -313,7 +313,7 @@ def test_a_resume_that_is_not_exact_says_what_changed(capsys):
     assert layout_change(2, "dp2", 2, "dp2") is None
     assert layout_change(4, "dp4", 2, "dp2") == "world size changed (4 -> 2), data order differs"
     changed = layout_change(2, "tp2", 2, "dp2")
-    assert changed.startswith("layout changed (tp2 -> dp2) on the same 2 ranks")
+    assert changed.startswith("layout changed (tp2 -> dp2) on the same 2 ranks: the saved")
     resumed = Resumed("ckpt/step-3", 3, 384, 0.1, "newest", False, 2, [], 0.1, changed=changed)
     announce(resumed)
     line = capsys.readouterr().err

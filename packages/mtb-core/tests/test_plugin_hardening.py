@@ -13,6 +13,7 @@ from mtb import __version__, hookimpl, hookspecs
 from mtb.cli import make_cli
 from mtb.errors import PluginError
 from mtb.plugins import build_plugin_manager
+from mtb.reporting import Reporter
 from mtb.strategy import Strategy, StrategyOption
 
 WARNING = "mtb: warning: "
@@ -385,3 +386,72 @@ def test_a_strategy_whose_setup_raises_is_named_with_its_plugin_and_phase(pm, tm
         "Error: strategy 'broken-setup' of plugin failing-setup failed in setup: "
         "ValueError: no engine today"
     )
+
+
+class LastButClashing:
+    """Ordered first by pluggy (trylast), it registers a built-in's name."""
+
+    @hookimpl(trylast=True)
+    def mtb_register_strategies(self, register):
+        register(Clash.Single())
+
+
+def test_a_plugin_ordered_first_never_evicts_a_built_in(pm, capsys):
+    pm.register(LastButClashing(), name="last-but-clashing")
+    assert pm.registry("strategy").items["single"].plugin == "mtb.strategies.single"
+    assert pm.get_plugin("last-but-clashing") is None
+    assert "plugin 'last-but-clashing' is skipped" in capsys.readouterr().err
+
+
+class OptionThenReporterClash:
+    """A strategy with an option, and a reporter that takes the built-in json's name."""
+
+    class Declares(Strategy):
+        name = "declares"
+        options = (StrategyOption("zz_opt", int, 1, "an option of a plugin that goes"),)
+
+    class Json(Reporter):
+        name = "json"
+        suffix = ".json"
+
+        def render(self, documents):
+            return ""
+
+    @hookimpl
+    def mtb_register_strategies(self, register):
+        register(self.Declares())
+
+    @hookimpl
+    def mtb_register_reporters(self, register):
+        register(self.Json())
+
+
+def test_options_of_a_plugin_dropped_in_a_later_kind_are_not_flags(pm):
+    from mtb.registry import declared_options
+
+    pm.register(OptionThenReporterClash(), name="goes")
+    declared = declared_options(pm)
+    assert "zz_opt" not in declared and pm.get_plugin("goes") is None
+    assert "--zz-opt" not in cli_run(pm, "run", "--help").output
+
+
+def test_an_observer_never_swallows_a_signal_or_the_deadline(pm):
+    from mtb.errors import Interrupted
+    from mtb.launch import LaunchTimeout
+    from mtb.observers import Observers
+
+    for error in (Interrupted(2), LaunchTimeout("launch exceeded launch.timeout_s=3 s")):
+
+        class Interrupting:
+            @hookimpl
+            def mtb_step_end(self, metrics, error=error):
+                raise error
+
+        observers = Observers(pm)
+        pm.register(plugin := Interrupting(), name="interrupting")
+        try:
+            with pytest.raises(type(error)):
+                observers.call("mtb_step_end", context=None, metrics=None)
+        finally:
+            pm.unregister(plugin)
+        assert observers.failures == []

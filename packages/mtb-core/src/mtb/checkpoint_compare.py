@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     config_path, out = (argv or sys.argv[1:])[:2]
     try:
         config = config_mod.structure(json.loads(Path(config_path).read_text()))
-        digests = digests_of(config, get_plugin_manager())
+        digests = digests_of(config, get_plugin_manager().settled())
     except Exception as error:
         record_error(error)
         return 1

@@ -189,10 +189,9 @@ def _elastic(launch, entrypoint, *args) -> dict:
     # the shared rendezvous store keeps a failed attempt's keys (no per-attempt prefix), so
     # restarted gloo workers could read dead peers' addresses: a fresh store per attempt
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    os.environ[lifeline.LAUNCHER_VARIABLE] = str(os.getpid())
     if launch.nnodes > 1 and launch.node_rank > 0:
         wait_for_endpoint(launch.rdzv_endpoint, launch.timeout_s)
-    with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mtb-launch-") as tmp, _launcher_variable():
         launch_config = _elastic_config(launch, str(Path(tmp) / "logs"))
         _quiet_elastic_logs()
         try:
@@ -202,6 +201,21 @@ def _elastic(launch, entrypoint, *args) -> dict:
             raise RunFailed(_failure_message(error)) from None
         except SignalException as error:
             raise Interrupted(error.sigval) from None
+
+
+@contextlib.contextmanager
+def _launcher_variable():
+    """``MTB_LAUNCHER_PID`` for the workers started meanwhile (they inherit this process's
+    environment), removed after: a later child of this process is no worker of it."""
+    previous = os.environ.get(lifeline.LAUNCHER_VARIABLE)
+    os.environ[lifeline.LAUNCHER_VARIABLE] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(lifeline.LAUNCHER_VARIABLE, None)
+        else:
+            os.environ[lifeline.LAUNCHER_VARIABLE] = previous
 
 
 def spawn(config, module: str = "mtb.worker", *args: str) -> None:

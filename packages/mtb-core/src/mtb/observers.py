@@ -11,7 +11,8 @@ line per plugin and hook, and the run exits 1 with the result kept, as for
 
 import attrs
 
-from mtb.errors import one_line
+from mtb.errors import Interrupted, one_line
+from mtb.launch import LaunchTimeout
 from mtb.registry import call_with
 
 
@@ -31,6 +32,8 @@ class Observers:
                 continue
             try:
                 call_with(impl, **arguments)
+            except (Interrupted, LaunchTimeout):  # a signal or the deadline, not the plugin
+                raise
             except Exception as error:
                 self.failures.append(
                     {

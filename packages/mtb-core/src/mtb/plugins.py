@@ -14,7 +14,7 @@ import pluggy
 
 from mtb import errors, hookspecs
 from mtb.errors import PluginError
-from mtb.registry import KINDS, NameClash, Registry, collect
+from mtb.registry import KINDS, NameClash, Registry, collect, declared_options
 
 ENTRY_POINT_GROUP = "mtb"
 
@@ -282,6 +282,14 @@ class MtbPluginManager(pluggy.PluginManager):
         for kind in KINDS:
             self.registry(kind)
         return {kind: self.registry(kind) for kind in KINDS}
+
+    def settled(self) -> "MtbPluginManager":
+        """Every kind collected and every option checked, as the ``mtb`` command did before
+        launch: a launched worker then skips the plugins the command skipped (quietly,
+        the command warned)."""
+        self.registries()
+        declared_options(self)
+        return self
 
     def info(self, plugin_name: str) -> PluginInfo:
         """Distribution metadata of a plugin; in-process plugins are 'unpackaged'."""

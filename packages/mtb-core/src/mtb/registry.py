@@ -70,7 +70,9 @@ class Registry:
             first = self.items[name].plugin
             raise NameClash(
                 f"{self.kind.name} {name!r} is registered by both {describe(first)} and "
-                f"{describe(plugin)}; uninstall one or exclude it with MTB_DISABLE_PLUGINS"
+                f"{describe(plugin)}; uninstall one or exclude it with MTB_DISABLE_PLUGINS",
+                first,
+                plugin,
             )
         self._check_options(name, item, plugin, describe)
         self.items[name] = Registered(name, item, plugin)
@@ -84,7 +86,9 @@ class Registry:
                     raise NameClash(
                         f"option {option.name!r} is declared differently by {self.kind.name} "
                         f"{other.name!r} of {describe(other.plugin)} and {self.kind.name} "
-                        f"{name!r} of {describe(plugin)}; rename one"
+                        f"{name!r} of {describe(plugin)}; rename one",
+                        other.plugin,
+                        plugin,
                     )
 
     def discard(self, plugin: str) -> None:
@@ -112,10 +116,20 @@ class Registry:
 class NameClash(PluginError):
     """A plugin registered a name, or declared an option, that an earlier plugin holds."""
 
-    def __init__(self, message: str, plugin: str = ""):
+    def __init__(self, message: str, first: str, second: str):
         super().__init__(message)
-        #: the plugin that came second, which is dropped
-        self.plugin = plugin
+        self.first, self.second = first, second
+
+    def loser(self, pm) -> str:
+        """The plugin to skip: the later one, unless only the earlier is not a built-in
+        (a third-party implementation ordered first never evicts a built-in)."""
+        if pm.info(self.second).builtin and not pm.info(self.first).builtin:
+            return self.first
+        return self.second
+
+
+class Recollect(Exception):
+    """A plugin whose items a registry already holds was dropped: collect the kind again."""
 
 
 def call_with(impl, **available):
@@ -137,11 +151,14 @@ def call_each(pm, hook: str, arguments: Callable[[str], dict], undo: Callable[[s
             continue
         try:
             call_with(impl, **arguments(impl.plugin_name))
-        except PluginError as error:
-            if not isinstance(error, NameClash):
-                raise
+        except NameClash as clash:
             undo(impl.plugin_name)
-            pm.drop(impl.plugin_name, hook, error)
+            loser = clash.loser(pm)
+            pm.drop(loser, hook, clash)
+            if loser != impl.plugin_name:
+                raise Recollect() from clash
+        except PluginError:
+            raise
         except Exception as error:
             undo(impl.plugin_name)
             pm.drop(impl.plugin_name, hook, error)
@@ -157,16 +174,21 @@ def _registering(registry: Registry, plugin: str, describe) -> Callable[[object]
 
 
 def collect(pm, kind_name: str) -> Registry:
-    """Call every implementation of the kind's hook and gather what it registers."""
+    """Call every implementation of the kind's hook and gather what it registers (again
+    without a plugin dropped half way, each time one is: at most once per plugin)."""
     kind = KINDS[kind_name]
-    registry = Registry(kind)
-    call_each(
-        pm,
-        kind.hook,
-        lambda plugin: {"register": _registering(registry, plugin, pm.describe)},
-        registry.discard,
-    )
-    return registry
+    while True:
+        registry = Registry(kind)
+        try:
+            call_each(
+                pm,
+                kind.hook,
+                lambda plugin, r=registry: {"register": _registering(r, plugin, pm.describe)},
+                registry.discard,
+            )
+        except Recollect:
+            continue
+        return registry
 
 
 def declared_options(pm) -> dict[str, tuple[str, list[Registered]]]:
@@ -178,10 +200,14 @@ def declared_options(pm) -> dict[str, tuple[str, list[Registered]]]:
     (fatal in strict mode), and the options are gathered again without it.
     """
     while True:
+        plugins = pm.list_name_plugin()
         try:
-            return _gather_options(pm)
+            declared = _gather_options(pm)
         except NameClash as clash:
-            pm.drop(clash.plugin, "its options", clash)
+            pm.drop(clash.loser(pm), "its options", clash)
+            continue
+        if pm.list_name_plugin() == plugins:  # no plugin dropped while the kinds were collected
+            return declared
 
 
 def _gather_options(pm) -> dict[str, tuple[str, list[Registered]]]:
@@ -196,7 +222,8 @@ def _gather_options(pm) -> dict[str, tuple[str, list[Registered]]]:
                         f"option {option.name!r} is declared by {_noun(first_kind)} "
                         f"{first.name!r} of {pm.describe(first.plugin)} and by {_noun(kind)} "
                         f"{entry.name!r} of {pm.describe(entry.plugin)}; rename one",
-                        plugin=entry.plugin,
+                        first.plugin,
+                        entry.plugin,
                     )
                 if entry not in entries:
                     entries.append(entry)

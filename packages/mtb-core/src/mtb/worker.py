@@ -239,7 +239,10 @@ def report(context, pm, document: dict) -> list[str]:
 def notify_run_end(context, pm, document: dict) -> list[str]:
     """Each ``mtb_run_end`` implementation, in pluggy's order; a line per one that raised."""
     failures = []
+    skipped = {failure["plugin"] for failure in document["plugin_failures"]}
     for impl in reversed(pm.hook.mtb_run_end.get_hookimpls()):
+        if impl.plugin_name in skipped:  # its observer hooks failed during the run
+            continue
         try:
             call_with(impl, context=context, result=document)
         except Exception as error:
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(path, encoding="utf-8") as handle:
             config = config_mod.structure(json.load(handle))
-        run(config, get_plugin_manager())
+        run(config, get_plugin_manager().settled())
     except Exception as error:
         if os.environ.get("MTB_DEBUG"):
             raise

@@ -110,8 +110,8 @@ def layout_change(saved_world: int, saved: str, world: int, layout: str) -> str 
         return f"world size changed ({saved_world} -> {world}), data order differs"
     if saved != layout:
         return (
-            f"layout changed ({saved} -> {layout}) on the same {world} ranks: the "
-            "data-parallel degree, and with it each rank's batch and the data order, differ"
+            f"layout changed ({saved} -> {layout}) on the same {world} ranks: the saved "
+            "per-rank RNG states do not apply, and a new data-parallel degree draws other batches"
         )
     return None
 
