@@ -1,6 +1,6 @@
 """What a worker knows about itself while it runs: config, ranks, device."""
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -25,7 +25,7 @@ class RunContext:
     #: the current trial's engine, for observers that inspect the model
     engine: object = None
     #: calls the observer hooks and keeps what failed in them (mtb.observers.Observers)
-    observers: object = None
+    observers: Any = None
 
     @property
     def distributed(self) -> bool:

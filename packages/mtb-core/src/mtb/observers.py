@@ -9,6 +9,8 @@ line per plugin and hook, and the run exits 1 with the result kept, as for
 ``mtb_run_end``.
 """
 
+from typing import Any
+
 import attrs
 
 from mtb.errors import Interrupted, one_line
@@ -20,7 +22,7 @@ from mtb.registry import call_with
 class Observers:
     """This rank's calls of the observer hooks and what failed in them."""
 
-    pm: object
+    pm: Any
     rank: int = 0
     failures: list[dict] = attrs.Factory(list)
 

@@ -179,13 +179,12 @@ def collect(pm, kind_name: str) -> Registry:
     kind = KINDS[kind_name]
     while True:
         registry = Registry(kind)
+
+        def arguments(plugin: str, registry: Registry = registry) -> dict:
+            return {"register": _registering(registry, plugin, pm.describe)}
+
         try:
-            call_each(
-                pm,
-                kind.hook,
-                lambda plugin, r=registry: {"register": _registering(r, plugin, pm.describe)},
-                registry.discard,
-            )
+            call_each(pm, kind.hook, arguments, registry.discard)
         except Recollect:
             continue
         return registry
