@@ -455,3 +455,25 @@ def test_an_observer_never_swallows_a_signal_or_the_deadline(pm):
         finally:
             pm.unregister(plugin)
         assert observers.failures == []
+
+
+class WrappingObserver:
+    @hookimpl(wrapper=True)
+    def mtb_step_end(self, metrics):
+        return (yield)
+
+
+def test_a_wrapper_observer_is_a_recorded_failure_not_a_silent_no_op(pm):
+    from mtb.observers import Observers
+
+    pm.register(WrappingObserver(), name="wrapping")
+    observers = Observers(pm)
+    observers.call("mtb_step_end", context=None, metrics=None)
+    assert observers.failures == [
+        {
+            "plugin": "wrapping",
+            "hook": "mtb_step_end",
+            "rank": 0,
+            "error": "TypeError: an observer hook cannot be a wrapper: implement it plainly",
+        }
+    ]

@@ -6,7 +6,9 @@ rank and error, and that plugin's observer hooks are skipped on this rank for
 the rest of the run: the measured steps are never lost to an observer. Rank 0
 puts every rank's failures in the result (``plugin_failures``), prints one
 line per plugin and hook, and the run exits 1 with the result kept, as for
-``mtb_run_end``.
+``mtb_run_end``. Implementations are called plainly, one at a time: a
+``wrapper``/``hookwrapper`` implementation is recorded as failed, never silently
+left uncalled.
 """
 
 from typing import Any
@@ -33,6 +35,8 @@ class Observers:
             if impl.plugin_name in skipped:
                 continue
             try:
+                if impl.hookwrapper or impl.wrapper:
+                    raise TypeError("an observer hook cannot be a wrapper: implement it plainly")
                 call_with(impl, **arguments)
             except (Interrupted, LaunchTimeout):  # a signal or the deadline, not the plugin
                 raise
