@@ -109,11 +109,6 @@ def _said_elsewhere() -> bool:
     return os.environ.get("RANK", "0") != "0"
 
 
-def _why(error: BaseException) -> str:
-    """The error's first line: its type too, unless mtb wrote the message for the user."""
-    return errors.one_line(error)
-
-
 def _load(pm: "MtbPluginManager", name: str, info: PluginInfo, load) -> None:
     """Import one plugin and register it; an import failure is one warning (strict: error)."""
     if pm.get_plugin(name) is not None:
@@ -132,7 +127,7 @@ def _load(pm: "MtbPluginManager", name: str, info: PluginInfo, load) -> None:
     except Exception as error:  # an import-time failure, or a hook pluggy refused
         if pm.get_plugin(name) is not None:  # pluggy may have registered some hooks
             pm.unregister(name=name)
-        pm.fail(name, "failed", f"failed to load, skipped: {_why(error)}", info)
+        pm.fail(name, "failed", f"failed to load, skipped: {errors.one_line(error)}", info)
         return
     pm.infos[name] = info
 
@@ -269,7 +264,7 @@ class MtbPluginManager(pluggy.PluginManager):
         if isinstance(error, NameClash):
             self.fail(name, "skipped", f"is skipped: {error}", info)
         else:
-            self.fail(name, "failed", f"failed in {hook}, skipped: {_why(error)}", info)
+            self.fail(name, "failed", f"failed in {hook}, skipped: {errors.one_line(error)}", info)
 
     def registry(self, kind: str) -> Registry:
         """Items of ``kind`` ("strategy", "reporter", ...), collected once and cached."""

@@ -122,7 +122,9 @@ def train(context, pm, loggers) -> tuple[list, dict | None]:
         return [trainer.run_trial(i, on_step) for i in trials], None
 
 
-def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None) -> dict:
+def assemble(
+    context, pm, records_by_rank, peaks, nodes, started, profiles=None, plugin_failures=()
+) -> dict:
     """Rank 0: the result document from every rank's records (and profiles)."""
     cfg = context.config
     hostnames = [host for host, _ in peaks]
@@ -193,6 +195,7 @@ def assemble(context, pm, records_by_rank, peaks, nodes, started, profiles=None)
         profile=profile,
         rows=profiling.rows(profiles) if profiles else None,
         components=components.record(pm, cfg),
+        plugin_failures=list(plugin_failures),
         **provenance.evidence_fields(cfg.evidence, prov),
     )
     return to_document(result)
@@ -269,8 +272,9 @@ def run(config, pm) -> dict | None:
         nodes = node_provenance(context)
         document, failures = None, []
         if context.is_main:
-            document = assemble(context, pm, records_by_rank, peaks, nodes, started, profiles)
-            document["plugin_failures"] = hooks_failed
+            document = assemble(
+                context, pm, records_by_rank, peaks, nodes, started, profiles, hooks_failed
+            )
             failures = report(context, pm, document)
         loggers.finish(document)
     distributed.teardown(context)
