@@ -160,7 +160,7 @@ def test_interrupted_prepare_leaves_the_previous_files(tmp_path, signum):
     while not list(tmp_path.glob(".corpus.bin.*")) and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(stopped.pid, signum)
-    assert stopped.wait(timeout=30) == 128 + signum
-    assert stopped.stderr.read().decode().strip() == f"Error: interrupted by {signum.name}"
+    status, stderr = stopped.wait(timeout=30), stopped.stderr.read().decode().strip()
+    assert (status, stderr) == (128 + signum, f"Error: interrupted by {signum.name}")
     assert {p.name: p.read_bytes() for p in tmp_path.glob("corpus*")} == before
     assert not list(tmp_path.glob(".corpus*"))

@@ -72,7 +72,9 @@ class TokenWriter:
         """One document: its ``ids`` (a sequence or an array), then the end-of-text id."""
         document = np.empty(len(ids) + 1, dtype=self.dtype)
         document[:-1], document[-1] = ids, end
-        document.tofile(self.stream)
+        # stream.write, not ndarray.tofile: tofile turns an exception raised by a
+        # signal handler during its flush into a TypeError, losing the interruption
+        self.stream.write(document.data)
         self.lengths.append(len(document))
 
     @property
