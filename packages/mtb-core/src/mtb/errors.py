@@ -39,6 +39,7 @@ class ConfigError(UsageError):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.message = message
 
 
 class PluginError(UsageError):

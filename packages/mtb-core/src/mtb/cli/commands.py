@@ -17,6 +17,7 @@ def mtb_register_commands(cli, pm):
     from mtb.cli.matrix_command import matrix_group
     from mtb.cli.plugins_command import plugins_command
     from mtb.cli.run_command import build_run_command
+    from mtb.cli.slurm_command import slurm_group
     from mtb.fault.command import fault_group
 
     for command in (
@@ -29,5 +30,6 @@ def mtb_register_commands(cli, pm):
         matrix_group,
         estimate_command,
         data_group,
+        slurm_group,
     ):
         cli.add_command(command)

@@ -7,22 +7,26 @@ import click
 from mtb.errors import UsageError
 
 
-def _spec(path: str | None, preset: str | None, overrides: tuple[str, ...]):
+def _spec(path: str | None, preset: str | None, overrides: tuple[str, ...], executor=None):
+    import attrs
+
     from mtb.matrix import spec as spec_mod
 
     if bool(path) == bool(preset):
         raise UsageError("matrix: give a MATRIX.toml file or --preset NAME (one of them)")
     spec = spec_mod.load_preset(preset) if preset else spec_mod.load(str(path))
-    return spec_mod.with_overrides(spec, [spec_mod.parse_override(o) for o in overrides])
+    spec = spec_mod.with_overrides(spec, [spec_mod.parse_override(o) for o in overrides])
+    return attrs.evolve(spec, executor=executor) if executor else spec
 
 
 def _plans(ctx, spec, max_ranks):
     from mtb.matrix.cells import expand
-    from mtb.matrix.plan import this_machine
+    from mtb.matrix.plan import Machine, this_machine
     from mtb.matrix.session import plans
 
     root = ctx.find_root()
-    return plans(spec, expand(spec), root.command, root.obj, this_machine(max_ranks))
+    machine = Machine(0, 0, cluster=True) if spec.executor == "slurm" else this_machine(max_ranks)
+    return plans(spec, expand(spec), root.command, root.obj, machine)
 
 
 def _out(spec, output_dir: str | None) -> Path:
@@ -77,8 +81,27 @@ def matrix_group():
 @source_options
 @click.option("--resume", is_flag=True, help="reuse complete cell results, run the missing ones")
 @click.option("--dry-run", is_flag=True, help="print the plan and exit without running")
+@click.option(
+    "--executor",
+    type=click.Choice(("local", "slurm")),
+    help="local: cells one after another here; slurm: each cell a Slurm job  "
+    "[default: the matrix's executor key, else local]",
+)
+@click.option(
+    "--resubmit-failed",
+    is_flag=True,
+    help="slurm, with --resume: submit again the cells whose result is not ok",
+)
+@click.option("--detach", is_flag=True, help="slurm: exit once submitted (re-attach with --resume)")
+@click.option(
+    "--poll-s",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="slurm: seconds between reads of the jobs' states",
+)
 @click.pass_context
-def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resume, dry_run):
+def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resume, dry_run, **how):
     """Run every cell of a matrix (a TOML file, or --preset NAME).
 
     Each cell runs `mtb COMMAND ...` in its own process under the matrix's
@@ -88,28 +111,50 @@ def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resu
     matrix.json under --output-dir, prints a summary table and, when a
     markdown reporter is installed (mtb-report), writes report.md. Exit 0
     when every cell has a result and none failed unexpectedly, 1 otherwise.
+
+    With --executor slurm each cell is one Slurm job (docs/slurm.md): the
+    jobs are recorded under slurm/, so --resume re-attaches after the
+    submitter died; `mtb matrix status` and `mtb matrix cancel` act on them.
     """
     from mtb.console import print_wide
     from mtb.errors import RunFailed
-    from mtb.matrix import display, session
-    from mtb.output_paths import check_directory
+    from mtb.matrix import display
 
-    spec = _spec(matrix_file, preset, overrides)
+    spec = _spec(matrix_file, preset, overrides, how.pop("executor"))
     plans = _plans(ctx, spec, max_ranks)
     out = _out(spec, output_dir)
     if dry_run:
         print_wide(display.plan_table(spec, plans, _existing(plans, out)))
         return
-    check_directory("--output-dir", out)
-    session.check_output_dir(out, resume)
-    with display.progress(len(plans)) as progress:
-        matrix, report = session.run(spec, plans, out, ctx.find_root().obj, progress)
+    matrix, report = _execute(ctx, spec, plans, out, resume, **how)
+    if matrix is None:
+        click.echo(f"jobs submitted; watch with: mtb matrix status {out}")
+        return
     print_wide(display.summary_table(matrix))
     click.echo(f"matrix written to {out / 'matrix.json'}")
     if report:
         click.echo(f"report written to {report}")
     if matrix["counts"]["failed"]:
         raise RunFailed(f"{matrix['counts']['failed']} cell(s) failed; see {out / 'logs'}")
+
+
+def _execute(ctx, spec, plans, out: Path, resume: bool, resubmit_failed, detach, poll_s):
+    """The matrix run by its executor: (matrix document, report path); None when detached."""
+    from mtb.matrix import display, session, slurm_session
+    from mtb.output_paths import check_directory
+
+    if spec.executor != "slurm" and (resubmit_failed or detach):
+        flag = "--resubmit-failed" if resubmit_failed else "--detach"
+        raise UsageError(f"{flag}: only with --executor slurm")
+    check_directory("--output-dir", out)
+    session.check_output_dir(out, resume)
+    pm = ctx.find_root().obj
+    if spec.executor == "slurm":
+        return slurm_session.run(
+            spec, plans, out, pm, resubmit_failed=resubmit_failed, detach=detach, poll_s=poll_s
+        )
+    with display.progress(len(plans)) as progress:
+        return session.run(spec, plans, out, pm, progress)
 
 
 @matrix_group.command("show")
@@ -123,6 +168,29 @@ def show_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks):
     spec = _spec(matrix_file, preset, overrides)
     plans = _plans(ctx, spec, max_ranks)
     print_wide(display.plan_table(spec, plans, _existing(plans, _out(spec, output_dir))))
+
+
+@matrix_group.command("status")
+@click.argument("output_dir", type=click.Path(file_okay=False, exists=True))
+def status_command(output_dir):
+    """The Slurm jobs of a matrix: each cell's job, Slurm's state and reason, its result."""
+    from mtb.console import print_wide
+    from mtb.matrix import display, slurm_session
+
+    print_wide(display.jobs_table(Path(output_dir), slurm_session.job_states(Path(output_dir))))
+
+
+@matrix_group.command("cancel")
+@click.argument("output_dir", type=click.Path(file_okay=False, exists=True))
+def cancel_command(output_dir):
+    """scancel every pending or running job of a matrix and wait until each has ended.
+
+    The cells keep no result; `mtb matrix run --resume` submits them again.
+    """
+    from mtb.matrix import slurm_session
+
+    cancelled = slurm_session.cancel(Path(output_dir))
+    click.echo(f"cancelled {len(cancelled)} job(s){': ' if cancelled else ''}{' '.join(cancelled)}")
 
 
 @matrix_group.command("presets")

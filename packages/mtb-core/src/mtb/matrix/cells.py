@@ -11,6 +11,7 @@ import re
 import attrs
 
 from mtb.matrix.spec import MatrixSpec
+from mtb.slurm.settings import split_options
 
 UNSAFE = re.compile(r"[^A-Za-z0-9_.=,+-]")
 
@@ -28,10 +29,15 @@ class Cell:
     def world_size(self) -> int:
         return int(self.options.get("nproc_per_node", 1)) * int(self.options.get("nnodes", 1))
 
+    @property
+    def command_options(self) -> dict:
+        """The options that are the command's flags (not ``slurm_*`` job resources)."""
+        return split_options(self.options)[0]
+
     def argv(self) -> list[str]:
         """The command-line flags of this cell (``--output`` is added by the runner)."""
         args = []
-        for key, value in self.options.items():
+        for key, value in self.command_options.items():
             flag = "--" + key.replace("_", "-")
             if isinstance(value, bool):
                 args.append(flag if value else f"--no-{flag[2:]}")

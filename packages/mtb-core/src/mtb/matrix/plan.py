@@ -22,6 +22,9 @@ class Machine:
     cpus: int
     cuda_devices: int
     max_ranks: int | None = None
+    #: a cluster executor's: any number of nodes and ranks (the scheduler refuses what
+    #: it cannot host)
+    cluster: bool = False
 
     def ranks(self, device: str) -> int:
         if self.max_ranks:
@@ -88,14 +91,26 @@ def _device(cell: Cell, machine: Machine) -> str:
 def _skip(cell: Cell, command_path: str, command, machine: Machine, pm) -> str | None:
     if command is None:
         return f"mtb {command_path} is not installed (a plugin adds it)"
+    return _beyond(cell, machine) or _strategy_missing(cell, command_path, pm)
+
+
+def _beyond(cell: Cell, machine: Machine) -> str | None:
+    """Why this machine cannot host the cell (never for a cluster)."""
+    if machine.cluster:
+        return None
     if int(cell.options.get("nnodes", 1)) > 1:
-        return f"needs {cell.options['nnodes']} nodes; a matrix runs on this machine only"
+        nodes = cell.options["nnodes"]
+        return f"needs {nodes} nodes; a local matrix runs here only (--executor slurm submits it)"
     device = _device(cell, machine)
     if device == "cuda" and not machine.cuda_devices:
         return "needs CUDA; this machine has no CUDA device"
     limit = machine.ranks(device)
     if cell.world_size > limit:
         return f"needs {cell.world_size} ranks; this machine runs at most {limit} on {device}"
+    return None
+
+
+def _strategy_missing(cell: Cell, command_path: str, pm) -> str | None:
     if command_path == "run":
         entry = pm.registry("strategy").items.get(str(cell.options.get("strategy", "single")))
         if entry is None:
@@ -116,7 +131,7 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
         return Plan(cell, skip=skip)
     names = option_names(command)
     timeout = "timeout" in names
-    unknown = sorted(set(cell.options) - names)
+    unknown = sorted(set(cell.command_options) - names)
     if unknown:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
         note = f"mtb {command_path} has no option {flags}; the cell will fail"

@@ -15,11 +15,13 @@ import attrs
 
 from mtb.config import ConfigError, setting, structure_into
 from mtb.errors import UsageError
+from mtb.slurm import settings as slurm_settings
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 SCALARS = (str, int, float, bool)
 #: keys the matrix sets itself for every cell
 RESERVED = ("output",)
+EXECUTORS = ("local", "slurm")
 
 
 def _name(instance, attribute, value):
@@ -49,6 +51,13 @@ class MatrixSpec:
     command: str = setting("run", help="mtb sub-command every cell runs, e.g. run or moe route")
     repeats: int = setting(1, help="independent runs of each cell", minimum=1)
     timeout_s: float = setting(1800.0, help="wall-clock limit of one cell", unit="s", minimum=1)
+    executor: str = setting(
+        "local",
+        help="where cells run: local (one after another here) or slurm (each a job)",
+        choices=EXECUTORS,
+    )
+    #: the [slurm] table: every job's resources (mtb.slurm.settings)
+    slurm: dict[str, Any] = attrs.field(factory=dict)
     options: dict[str, Any] = attrs.field(factory=dict)
     axes: dict[str, list[Any]] = attrs.field(factory=dict)
     include: list[dict[str, Any]] = attrs.field(factory=list)
@@ -71,7 +80,7 @@ class MatrixSpec:
 
 def from_dict(raw: dict, origin: str) -> MatrixSpec:
     try:
-        for key in ("options", "axes"):
+        for key in ("options", "axes", "slurm"):
             if not isinstance(raw.get(key, {}), dict):
                 raise ConfigError(key, "must be a table")
         for key, values in raw.get("axes", {}).items():
@@ -80,7 +89,9 @@ def from_dict(raw: dict, origin: str) -> MatrixSpec:
         for key in ("include", "exclude"):
             if not all(isinstance(t, dict) for t in raw.get(key, [])):
                 raise ConfigError(key, "must be an array of tables ([[include]])")
-        return structure_into(MatrixSpec, raw)
+        spec = structure_into(MatrixSpec, raw)
+        slurm_settings.from_table(spec.slurm)
+        return spec
     except ConfigError as error:
         raise UsageError(f"{origin}: {error}") from None
 
