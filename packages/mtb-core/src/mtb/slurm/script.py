@@ -101,7 +101,7 @@ def _mtb_line(job: Job) -> str:
             '--rdzv-id "$SLURM_JOB_ID.$SLURM_RESTART_COUNT"',
         ]
     if job.checkpoints:
-        words += ["--resume", "latest"]
+        words += ["--save-on-signal", "--resume", "latest"]
     words += ["--output", _shell_path(running_path(job.result))]
     return "exec " + " ".join(words)
 
