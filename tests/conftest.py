@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -12,3 +14,38 @@ def readme_block(marker: str, readme: str = "README.md") -> str:
     match = re.search(rf"<!-- {marker} -->\s*```bash\n(.*?)```", text, re.S)
     assert match, f"{readme} has no block marked {marker}"
     return match.group(1)
+
+
+def _loopback_cluster_module():
+    """deploy/slurm/loopback_cluster.py, imported from its path (it is a script, not a package)."""
+    import importlib.util
+
+    path = ROOT / "deploy" / "slurm" / "loopback_cluster.py"
+    spec = importlib.util.spec_from_file_location("loopback_cluster", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A real two-node Slurm cluster (munged, slurmctld, slurmd n1 and n2) for this file's
+    tests, SLURM_CONF set for them, stopped by its PIDs afterwards."""
+    import os
+
+    cluster = _loopback_cluster_module()
+    missing = cluster.missing_programs()
+    if missing:
+        pytest.skip(
+            f"Slurm is not installed here ({', '.join(missing)}): apt-get install slurm-wlm munge"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the loopback Slurm cluster runs its slurmd as root")
+    folder = tmp_path_factory.mktemp("slurm")
+    with pytest.MonkeyPatch.context() as patch:
+        try:
+            for key, value in cluster.start(folder).items():
+                patch.setenv(key, value)
+            yield folder
+        finally:
+            cluster.stop(folder)

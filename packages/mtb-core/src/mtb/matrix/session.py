@@ -38,7 +38,7 @@ def check_output_dir(out: Path, resume: bool) -> None:
             f"--output-dir: {out} already holds {len(existing)} cell result(s); "
             "continue them with --resume or choose another directory"
         )
-    if (out / "slurm" / "jobs.json").exists() and not resume:
+    if (out / "slurm" / "jobs.state").exists() and not resume:
         raise UsageError(
             f"--output-dir: {out} already holds a matrix's Slurm jobs; "
             "re-attach with --resume, or see them with mtb matrix status"

@@ -1,7 +1,8 @@
 """A matrix on Slurm: each cell one job, the jobs recorded, watched, and their results collected.
 
-The record (``slurm/jobs.json`` under the output directory, rewritten
-atomically after every submission and state change) holds each cell's job
+The record (``slurm/jobs.state`` under the output directory: JSON, named so
+that ``mtb report DIR`` does not take it for a result; rewritten atomically
+after every submission and state change) holds each cell's job
 id, so the matrix survives its submitter: ``--resume`` (from any machine that
 shares the directory) re-attaches to pending and running jobs, collects the
 finished ones, and submits only the cells no job has run. A job's own batch
@@ -20,10 +21,9 @@ from mtb.errors import RunFailed, UsageError
 from mtb.matrix import records, runner
 from mtb.matrix.session import _argv, _timeout, _write_report, result_path
 from mtb.reporting import write_atomic
-from mtb.results import error_class
 from mtb.slurm import scheduler, script, settings
 
-RECORD = Path("slurm") / "jobs.json"
+RECORD = Path("slurm") / "jobs.state"
 POLL_S = 5.0
 #: Slurm's end states as a cell status and error class
 ENDED = {
@@ -90,18 +90,16 @@ def ended_document(spec, cell, job: scheduler.JobState, out: Path) -> dict:
     logged = runner._last_error(out / "logs" / f"{cell.id}.node0.log")
     reason = f" ({job.reason})" if job.reason else ""
     error = f"slurm job {job.job_id} ended {job.state}{reason}" + (f": {logged}" if logged else "")
-    from mtb.documents import result_document
+    document = runner.own_document(spec.command, cell, status, error, _exit_status(job))
+    document["error_class"] = kind or document["error_class"]
+    document["slurm"] = _job_fields(job)
+    return document
 
-    return result_document(
-        "matrix_cell",
-        status=status,
-        error=error,
-        error_class=kind or error_class(status, logged or error),
-        command=spec.command,
-        cell=cell.id,
-        options=cell.options,
-        slurm=_job_fields(job),
-    )
+
+def _exit_status(job: scheduler.JobState) -> int | None:
+    """The batch script's exit status from Slurm's ``STATUS:SIGNAL``."""
+    status = (job.exit_code or "").split(":")[0]
+    return int(status) if status.isdigit() else None
 
 
 def _job_fields(job: scheduler.JobState) -> dict:
