@@ -203,3 +203,13 @@ def test_the_guide_plain_strategy_and_tps_reporter_run(tmp_path, monkeypatch):
     assert run.document["components"]["strategy"]["plugin"] == "guide_plugin"
     tokens = run.document["summary"]["tokens_per_s"]["mean"]
     assert report.read_text() == f"{tokens:.3f}\n"
+
+
+def test_every_slurm_setting_is_in_the_slurm_guide():
+    import attrs
+
+    from mtb.slurm.settings import SlurmSettings
+
+    guide = (ROOT / "docs" / "slurm.md").read_text()
+    for field in attrs.fields(SlurmSettings):
+        assert f"| `{field.name}` |" in guide, f"[slurm] {field.name} is missing from docs/slurm.md"

@@ -92,3 +92,14 @@ def test_cancel_leaves_no_job_and_no_process(slurm_cluster, tmp_path):
     assert not left, f"processes left after cancel: {left}"
     status = mtb("matrix", "status", out)
     assert status.stdout.count("CANCELLED") == 2 and "RUNNING" not in status.stdout
+
+
+def test_an_sbatch_refusal_is_the_cells_result_with_slurms_message(slurm_cluster, tmp_path):
+    options = {**TINY, "strategy": "single", "slurm_partition": "nope"}
+    plan = write_matrix(tmp_path / "m.toml", "refused", options)
+    refused = mtb("matrix", "run", plan, "--output-dir", tmp_path / "out")
+    assert refused.returncode == 1
+    cell = json.loads((tmp_path / "out" / "cells" / "cell.json").read_text())
+    assert (cell["status"], cell["error_class"]) == ("failed", "submit")
+    assert cell["error"].startswith("cell cell: sbatch: invalid partition specified: nope")
+    assert cell["error"] in refused.stderr

@@ -198,7 +198,7 @@ class Watch:
         )
         write_atomic(result_path(self.out, cell), json.dumps(document, indent=2) + "\n")
         self.documents[cell.id] = document
-        stderr.print(f"{cell.id}: {message}", markup=False, soft_wrap=True)
+        stderr.print(message, markup=False, soft_wrap=True)
 
     def pending(self) -> dict[str, str]:
         """cell id -> job id of the jobs still to watch."""

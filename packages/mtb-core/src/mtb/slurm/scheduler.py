@@ -65,9 +65,19 @@ def _run(args: list[str], what: str) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{what}: {args[0]} did not answer in {COMMAND_TIMEOUT_S:g} s") from None
     if done.returncode != 0:
-        message = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
-        raise SlurmError(f"{what}: {message}")
+        raise SlurmError(f"{what}: {_message(args[0], done.stderr or done.stdout)}")
     return done.stdout
+
+
+def _message(program: str, text: str) -> str:
+    """Slurm's lines as one, without the ``sbatch: error:`` prefix of each."""
+    lines = []
+    for line in text.splitlines():
+        for prefix in (f"{program}: error: ", f"{program}: "):
+            line = line.strip().removeprefix(prefix)
+        if line:
+            lines.append(line)
+    return "; ".join(lines) or "no message"
 
 
 def check_reachable() -> None:
