@@ -132,3 +132,18 @@ def jobs_table(out, states: dict) -> Table:
             result = "-"
         table.add_row(cell, job.job_id, job.state, job.reason or "-", str(job.restarts), result)
     return table
+
+
+def live_jobs_table(states: dict, documents: dict) -> Table:
+    """While a Slurm matrix runs: counts by Slurm state, then each job not yet collected."""
+    from collections import Counter
+
+    seen = Counter(job.state for job in states.values())
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(seen.items()))
+    table = Table(title=f"Slurm jobs: {counts or 'none yet'}; {len(documents)} collected")
+    for column in ("cell", "job", "state", "reason"):
+        table.add_column(column, overflow="fold")
+    for cell, job in states.items():
+        if cell not in documents:
+            table.add_row(cell, job.job_id, job.state, job.reason or "-")
+    return table

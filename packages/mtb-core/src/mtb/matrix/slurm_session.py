@@ -229,8 +229,15 @@ class Watch:
         return not self.pending()
 
     def wait(self) -> None:
-        while not self.poll():
-            time.sleep(self.poll_s)
+        """Poll until every job has ended, a live table of the states on a terminal."""
+        from rich.live import Live
+
+        from mtb.matrix.display import live_jobs_table
+
+        with Live(console=stderr, transient=True, auto_refresh=False) as live:
+            while not self.poll():
+                live.update(live_jobs_table(self.states, self.documents), refresh=True)
+                time.sleep(self.poll_s)
 
     def rows(self) -> list[dict]:
         rows = []
