@@ -471,6 +471,11 @@ class CheckpointConfig:
         minimum=0,
         maximum=MAX_RANKS_PER_NODE * MAX_NODES - 1,
     )
+    save_on_signal: bool = setting(
+        False,
+        help="on SIGUSR1 (a batch system's warning, e.g. sbatch --signal=USR1@60) every rank "
+        "saves the completed step and the run stops with exit 138",
+    )
     record_digests: bool = setting(
         False,
         help="record SHA256 digests of model, optimizer, scheduler, train state and RNG "
@@ -666,6 +671,10 @@ class RunConfig:
         if ckpt.dir is None and (ckpt.save_every is not None or ckpt.resume_needs_dir):
             field = "save_every" if ckpt.save_every is not None else "resume"
             raise ConfigError(f"checkpoint.{field}", "needs checkpoint.dir (--checkpoint-dir)")
+        if ckpt.save_on_signal and ckpt.dir is None:
+            raise ConfigError(
+                "checkpoint.save_on_signal", "needs checkpoint.dir (--checkpoint-dir)"
+            )
         if ckpt.enabled and self.training.repeat != 1:
             raise ConfigError(
                 "training.repeat",

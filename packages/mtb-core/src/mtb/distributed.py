@@ -128,6 +128,15 @@ def rank_rows(context: RunContext, row: torch.Tensor) -> torch.Tensor:
     return table
 
 
+def any_rank(context: RunContext, flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on any: one one-element all_reduce."""
+    if not context.distributed:
+        return flag
+    box = torch.tensor([float(flag)], device=context.device)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return bool(box.item())
+
+
 def broadcast(context: RunContext, value=None):
     """Rank 0's ``value`` on every rank (``value`` itself without a group)."""
     if not context.distributed:

@@ -1,7 +1,8 @@
 """Exceptions that the CLI turns into one-line messages and exit codes.
 
 Exit codes: 0 ok, 1 run failed, 2 usage or configuration error, 128 + N stopped
-by signal N (130 Ctrl-C, 143 SIGTERM), as a shell reports a process a signal killed.
+by signal N (130 Ctrl-C, 143 SIGTERM), as a shell reports a process a signal killed;
+138 (SIGUSR1) also after a save, with checkpoint.save_on_signal (mtb.preemption).
 """
 
 import signal
@@ -78,3 +79,16 @@ class Interrupted(RunFailed):
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class Preempted(Interrupted):
+    """Every rank saved the completed step and stopped on SIGUSR1 (checkpoint.save_on_signal):
+    exit 138, as if SIGUSR1 had killed the run, but resumable from that step."""
+
+    def __init__(self, step: int):
+        RunFailed.__init__(
+            self, f"stopped by SIGUSR1 after saving step {step}; resume with --resume latest"
+        )
+        self.signum = signal.SIGUSR1
+        self.exit_code = 128 + signal.SIGUSR1
+        self.step = step

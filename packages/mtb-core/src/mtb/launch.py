@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mtb import config as config_mod
 from mtb import lifeline, memory, provenance
-from mtb.errors import Interrupted, PluginsFailed, RunFailed, one_line
+from mtb.errors import Interrupted, PluginsFailed, Preempted, RunFailed, one_line
 from mtb.results import OOM_MARKERS
 
 
@@ -143,6 +143,26 @@ def _stopped_by_agent(failure) -> bool:
     return forwarded and "signal" not in failure.error_file_data
 
 
+def _preempted_step(failure) -> int | None:
+    """The step a rank saved before it stopped on SIGUSR1 (None: it did not)."""
+    data = failure.error_file_data
+    return data.get("preempted_step") if isinstance(data, dict) else None
+
+
+def _preempted(failures: dict) -> int | None:
+    """The saved step when the ranks stopped on SIGUSR1 (checkpoint.save_on_signal).
+
+    The ranks agree to stop and save together, so those that did not say so
+    themselves were stopped by the agent once the first had left.
+    """
+    steps = [_preempted_step(f) for f in failures.values()]
+    saved = [step for step in steps if step is not None]
+    others = [f for f, step in zip(failures.values(), steps, strict=True) if step is None]
+    if not saved or not all(_stopped_by_agent(f) for f in others):
+        return None
+    return max(saved)
+
+
 def _root_failure(failures: dict) -> int:
     """The rank to blame: one killed by a signal, else one out of memory, else the earliest.
 
@@ -155,7 +175,7 @@ def _root_failure(failures: dict) -> int:
 
     def rank_order(r):
         code = failures[r].exitcode
-        stopped = _stopped_by_agent(failures[r])
+        stopped = _stopped_by_agent(failures[r]) or _preempted_step(failures[r]) is not None
         return (stopped, code >= 0, not _out_of_memory(failures[r]), failures[r].timestamp, r)
 
     return min(failures, key=rank_order)
@@ -198,6 +218,9 @@ def _elastic(launch, entrypoint, *args) -> dict:
             with deadline(launch.timeout_s), interruptible():
                 return elastic_launch(launch_config, entrypoint)(*args)
         except ChildFailedError as error:
+            saved = _preempted(error.failures)
+            if saved is not None:
+                raise Preempted(saved) from None
             raise RunFailed(_failure_message(error)) from None
         except SignalException as error:
             raise Interrupted(error.sigval) from None
@@ -234,10 +257,13 @@ def record_error(error: BaseException) -> None:
     """One line on stderr and in torchelastic's error file, for the launcher to report.
 
     Plugins that failed around a written result were each said already: their
-    summary goes to the launcher only, marked so that it blames no rank.
+    summary goes to the launcher only, marked so that it blames no rank; so does a
+    stop on SIGUSR1 after a save (checkpoint.save_on_signal), marked with its step.
     """
     if isinstance(error, PluginsFailed):
         lifeline.record(one_line(error), echo=False, after_result=True)
+    elif isinstance(error, Preempted):  # the launcher says it once, for every rank
+        lifeline.record(one_line(error), echo=False, preempted_step=error.step)
     else:
         lifeline.record(one_line(error))
 

@@ -22,6 +22,7 @@ from mtb import (
     memory,
     metric_logging,
     output_paths,
+    preemption,
     provenance,
     run_options,
     run_reports,
@@ -131,7 +132,8 @@ def launch(config, pm) -> dict | None:
     """Run ``config``; a failure leaves a failure document and raises RunFailed.
 
     Once the run has started, every failure is one (exit 1), whatever the
-    strategy, and a signal that stops it is Interrupted (exit 128 + N).
+    strategy, and a signal that stops it is Interrupted (exit 128 + N); with
+    checkpoint.save_on_signal, SIGUSR1 is Preempted after a save (exit 138).
     """
     from mtb.distributed import launched_by_torchrun
 
@@ -142,10 +144,12 @@ def launch(config, pm) -> dict | None:
         preflight(config, pm)
     announce(config)
     try:
-        # one writer per checkpoint directory; signals end the run with a failure document
+        # one writer per checkpoint directory; signals end the run with a failure document,
+        # SIGUSR1 with save_on_signal after a save (mtb.preemption)
         with (
             checkpoint_lock.for_run(config),
             contextlib.nullcontext() if torchrun else interruptible(),
+            preemption.forwarding(config.checkpoint.save_on_signal),
         ):
             return _run(config, pm)
     except LaunchTimeout as error:

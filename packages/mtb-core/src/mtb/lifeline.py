@@ -12,6 +12,9 @@ Workers start as ``python -m mtb.lifeline MODULE ARGS``: the signals are
 blocked before anything starts a thread (importing torch does), so only the
 thread that waits for them ever receives one. Processes a worker starts
 inherit that mask and ignore those signals until they exit.
+
+With ``checkpoint.save_on_signal`` (mtb.preemption) SIGUSR1 is taken too, from
+anyone: it only sets ``preemption.REQUESTED``, and the worker goes on.
 """
 
 import ctypes
@@ -23,6 +26,7 @@ import sys
 import threading
 import time
 
+from mtb import preemption
 from mtb.reporting import write_atomic
 
 #: set by the launcher: the process every worker must die with
@@ -73,9 +77,13 @@ def record(message: str, echo: bool = True, **extra) -> None:
 def take_signals(parent: int) -> None:
     """Receive the heeded signals in one thread of their own (call before any other).
 
-    Where there is no sigwaitinfo (macOS) they keep their default actions.
+    Where there is no sigwaitinfo (macOS) they keep their default actions. SIGUSR1 is
+    taken too where the launcher asks (mtb.preemption).
     """
     taken = heeded()
+    if preemption.taken_by_workers():
+        preemption.inherited()
+        taken.append(preemption.SIGNAL)
     if not taken or not hasattr(signal, "sigwaitinfo"):
         return
     for signum in taken:
@@ -85,8 +93,12 @@ def take_signals(parent: int) -> None:
 
 
 def _await_signal(parent: int, taken: list[int]) -> None:
-    """Record a signal that did not come from ``parent``, then die by it."""
+    """Record a signal that did not come from ``parent``, then die by it (SIGUSR1: note it
+    in ``preemption.REQUESTED`` and wait on)."""
     info = signal.sigwaitinfo(taken)
+    while info.si_signo == preemption.SIGNAL:
+        preemption.REQUESTED.set()
+        info = signal.sigwaitinfo(taken)
     if info.si_pid != parent:
         name = signal.Signals(info.si_signo).name
         record(f"stopped by {name} from pid {info.si_pid}", signal=name)

@@ -24,7 +24,7 @@ from mtb import (
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.documents import document_provenance, plugin_list, result_document, write_result
-from mtb.errors import PluginsFailed, one_line
+from mtb.errors import PluginsFailed, Preempted, one_line
 from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
 from mtb.model import (
@@ -35,6 +35,7 @@ from mtb.model import (
     parameter_count,
     rank_parameter_count,
 )
+from mtb.preemption import PREEMPTION_EXIT
 from mtb.profiling import run as profiling
 from mtb.registry import call_with
 from mtb.results import (
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("MTB_DEBUG"):
             raise
         record_error(error)
-        return 1
+        return PREEMPTION_EXIT if isinstance(error, Preempted) else 1
     return 0
 
 

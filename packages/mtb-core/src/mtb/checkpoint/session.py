@@ -1,12 +1,16 @@
 """The trainer's side of checkpointing: resume before the loop, saves after steps, digests.
 
 Without ``--checkpoint-dir``/``--resume`` it does nothing beyond optional digests,
-so the training loop reads the same either way.
+so the training loop reads the same either way. With ``checkpoint.save_on_signal`` the
+ranks agree after every step whether any got SIGUSR1 (mtb.preemption); if one did, they
+save that step and stop with errors.Preempted.
 """
 
+from mtb import distributed, preemption
 from mtb.checkpoint import state
 from mtb.checkpoint.formats import FORMAT_VERSION
 from mtb.checkpoint.lifecycle import Checkpointer, backend_for
+from mtb.errors import Preempted
 
 
 class CheckpointSession:
@@ -32,6 +36,9 @@ class CheckpointSession:
         self.loaded_digests = self.digests() if self.resumed else None
         if self.resumed and context.is_main:
             announce(self.resumed)
+        if self.checkpointer and self.resumed and self.signalled():  # restarted after it
+            self.checkpointer.close()
+            raise Preempted(self.start_step)
 
     def current_state(self, completed: int) -> dict:
         return state.train_state(
@@ -54,6 +61,25 @@ class CheckpointSession:
         self.tokens_seen += metrics.tokens * self.context.dp_world_size
         if self.checkpointer and self.checkpointer.due(completed):
             self.checkpointer.save(self.engine, completed, self.current_state(completed))
+        if completed < self.config.training.steps and self.signalled():
+            self.stop(completed)
+
+    def signalled(self) -> bool:
+        """With save_on_signal, whether any rank got SIGUSR1 (every rank asks, in step)."""
+        if not self.config.checkpoint.save_on_signal:
+            return False
+        return distributed.any_rank(self.context, preemption.REQUESTED.is_set())
+
+    def stop(self, completed: int) -> None:
+        """Save ``completed`` unless just saved, wait until it is published on every rank,
+        and stop the run."""
+        assert self.checkpointer is not None, "save_on_signal needs checkpoint.dir"
+        saves = self.checkpointer.saves
+        if not saves or saves[-1].step != completed:
+            self.checkpointer.save(self.engine, completed, self.current_state(completed))
+        self.checkpointer.close()
+        distributed.barrier(self.context)  # rank 0 has published: no rank leaves before
+        raise Preempted(completed)
 
     def finish(self) -> tuple[dict | None, dict | None]:
         """(this rank's checkpoint record, its final digests), after the last save is done."""

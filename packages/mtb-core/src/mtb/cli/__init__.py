@@ -52,7 +52,8 @@ def make_cli(pm) -> MtbGroup:
         """MiniTrainBench: benchmark distributed training of GPT-like models.
 
         Exit codes: 0 ok, 1 run failed, 2 usage or configuration error, 128+N stopped
-        by signal N (130 Ctrl-C, 143 SIGTERM).
+        by signal N (130 Ctrl-C, 143 SIGTERM; 138 SIGUSR1 after a save with
+        --save-on-signal).
         """
         ctx.obj = pm
 
