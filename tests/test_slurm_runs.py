@@ -45,6 +45,8 @@ def test_two_nodes_through_slurm_end_where_two_local_ranks_do(slurm_cluster, tmp
     assert submitted.returncode == 0, submitted.stderr
     cell = json.loads((out / "cells" / "cell.json").read_text())
     assert cell["status"] == "ok" and cell["config"]["launch"]["nnodes"] == 2
+    (row,) = json.loads((out / "matrix.json").read_text())["cells"]
+    assert row["model_state_estimate_error"] is not None  # planned as the job runs it
     local_args = ["--strategy", "ddp", "--nproc-per-node", 2, "--output", tmp_path / "local.json"]
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
     local = mtb("run", *flags, *local_args)

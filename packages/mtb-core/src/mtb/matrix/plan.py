@@ -70,12 +70,17 @@ def option_names(command: click.Command) -> set[str]:
     return names
 
 
-def resolve_run(command: click.Command, cell: Cell, pm):
-    """The RunConfig ``mtb run`` would build from the cell's flags (it raises what run would)."""
+#: what a cluster job adds to a multi-node cell's flags (the address is the job's own)
+JOB_FLAGS = ("--rdzv-endpoint", "first-node:29500")
+
+
+def resolve_run(command: click.Command, cell: Cell, pm, added: tuple[str, ...] = ()):
+    """The RunConfig ``mtb run`` would build from the cell's flags and ``added`` (it raises
+    what run would)."""
     from mtb import config as config_mod
     from mtb.flags import flags_from
 
-    with command.make_context(command.name, cell.argv()) as ctx:
+    with command.make_context(command.name, [*cell.argv(), *added]) as ctx:
         params = dict(ctx.params)
     config_file = params.pop("config_file", None)
     params.pop("print_config", None)
@@ -139,7 +144,8 @@ def plan_cell(cell: Cell, command_path: str, cli: click.Group, pm, machine: Mach
     if command_path != "run":
         return Plan(cell, skip, takes_timeout=timeout)
     try:
-        config = resolve_run(command, cell, pm)
+        multi_node = machine.cluster and int(cell.options.get("nnodes", 1)) > 1
+        config = resolve_run(command, cell, pm, JOB_FLAGS if multi_node else ())
         strategy = pm.registry("strategy").items[config.strategy].item
         layout = Layout.of(config)
     except KeyError:  # not installed: already the skip reason
