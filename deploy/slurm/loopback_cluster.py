@@ -16,6 +16,7 @@ there is no accounting database, so ``sacct`` has nothing.
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -173,10 +174,8 @@ def stop(folder: Path) -> None:
 
 
 def _signal(pid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ import pytest
 from mtb.config import ConfigError
 from mtb.matrix import spec as spec_mod
 from mtb.matrix.cells import expand
+from mtb.preemption import PREEMPTION_EXIT
 from mtb.slurm import scheduler, script, settings
 
 pytestmark = pytest.mark.timeout(60)
@@ -110,7 +111,8 @@ def test_with_checkpoints_the_job_saves_on_the_warning_signal_and_requeues_itsel
     asked = directives(text)
     assert "--requeue" in asked and "--signal=USR1@120" in asked
     assert "--resume latest" in text and "--save-on-signal" in text
-    assert f"if [ $status -eq {script.PREEMPTED_EXIT} ]" in text
+    assert f"if [ $status -eq {PREEMPTION_EXIT} ]" in text and PREEMPTION_EXIT == 138
+    assert "--kill-on-bad-exit" not in text  # a node leaving first must not kill the others
     assert 'scontrol requeue "$SLURM_JOB_ID"' in text
 
 

@@ -101,7 +101,9 @@ def matrix_group():
     help="slurm: seconds between reads of the jobs' states",
 )
 @click.pass_context
-def run_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks, resume, dry_run, **how):
+def run_command(
+    ctx, /, matrix_file, preset, overrides, output_dir, max_ranks, resume, dry_run, **how
+):
     """Run every cell of a matrix (a TOML file, or --preset NAME).
 
     Each cell runs `mtb COMMAND ...` in its own process under the matrix's

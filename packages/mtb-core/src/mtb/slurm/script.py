@@ -7,20 +7,18 @@ agent, and the agents meet at a c10d rendezvous on the first node's
 file. The result is written under ``running/`` and moved into place only
 when the command is over, so a job stopped midway never looks finished. With
 checkpoints, the job asks for ``--signal USR1`` before its time limit: the
-ranks save and exit with PREEMPTED_EXIT, and the job requeues itself; a
+ranks save and exit with PREEMPTION_EXIT, and the job requeues itself; a
 requeued job resumes from the newest checkpoint (``--resume latest``).
 """
 
 import shlex
-import signal
 
 import attrs
 
 from mtb.errors import UsageError
+from mtb.preemption import PREEMPTION_EXIT
 from mtb.slurm.settings import SlurmSettings
 
-#: what ``mtb run`` exits with after saving on the warning signal (128 + SIGUSR1)
-PREEMPTED_EXIT = 128 + signal.SIGUSR1
 SIGNAL = "USR1"
 #: what a result path must not hold: it is spliced into the script in double quotes
 UNQUOTABLE = '"$`\\\n'
@@ -120,6 +118,13 @@ def _rendezvous(python: str) -> list[str]:
     return [HEAD_NODE, HEAD_ADDR, f'port="$({shlex.quote(python)} -c {shlex.quote(FREE_PORT)})"']
 
 
+def _kill_on_bad_exit(job: Job) -> str:
+    """One failed node stops the others; not with checkpoints, where every node exits with
+    PREEMPTION_EXIT after saving and the first to leave must not turn the others' exit into
+    a kill (the job would then not requeue)."""
+    return "" if job.checkpoints else " --kill-on-bad-exit=1"
+
+
 def render(job: Job) -> str:
     running, result = _shell_path(running_path(job.result)), _shell_path(job.result)
     body = [
@@ -132,14 +137,14 @@ def render(job: Job) -> str:
         f'mkdir -p running "$(dirname {result})"',
         *_rendezvous(job.settings.python),
         'export MTB_RDZV_ENDPOINT="${head_addr:-$head_node}:$port"',
-        "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --open-mode=append "
+        f"srun --ntasks-per-node=1{_kill_on_bad_exit(job)} --open-mode=append "
         f"--output={shlex.quote(f'{job.log_dir}/{job.log_stem}.node%n.log')} \\",
         f"    bash -c {shlex.quote(_mtb_line(job))}",
         "status=$?",
     ]
     if job.checkpoints:
         body += [
-            f"if [ $status -eq {PREEMPTED_EXIT} ]; then",
+            f"if [ $status -eq {PREEMPTION_EXIT} ]; then",
             '    echo "mtb: saved on the warning signal; requeueing job $SLURM_JOB_ID"',
             '    scontrol requeue "$SLURM_JOB_ID"',
             "    exit 0",
