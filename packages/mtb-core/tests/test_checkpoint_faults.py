@@ -3,7 +3,7 @@ held directory refused before and under torchrun.
 
 A resume past stale steps, two writers on one directory (and `checkpoint clean` meanwhile)
 and a disk that fills up (a real small tmpfs) are the fault smoke's stale-steps,
-two-writers and disk-full scenarios (tests/test_fault_smoke.py).
+two-writers and disk-full scenarios (tests/test_fault_smoke_damage.py).
 """
 
 import os

@@ -1,5 +1,6 @@
 """The pure parts of ``mtb fault smoke``: READY-tree digests, listings, stderr parsing,
-verdicts, and the command's refusals (the smoke itself runs in tests/test_fault_smoke.py)."""
+verdicts, and the command's refusals (the smoke itself runs in tests/test_fault_smoke.py and
+tests/test_fault_smoke_damage.py)."""
 
 from mtb.checkpoint import layout
 from mtb.fault.evidence import differing, listing, ready_tree
