@@ -1,5 +1,8 @@
 """Helpers for strategy tests: 2-rank gloo launches compared with `single`."""
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
@@ -68,6 +71,48 @@ def launch(strategy, tmp_path: Path, *args, nproc=2, name="run", env=None):
     return done, result, state
 
 
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder of this pytest run that every xdist worker sees (the parent of the workers'
+    own base folders), for the runs that session fixtures share."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / "shared" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def launch_once(folder: Path, strategy, *args, nproc=2, env=None):
+    """:func:`launch` into ``folder`` unless a worker of this pytest run did already.
+
+    A session fixture runs once in each xdist worker that needs it, and the
+    test files that share a reference run go to both workers: the first to
+    ask launches under a lock on the folder, the other reads what it left
+    (the same process record, result and state).
+    """
+    record = folder / "process.json"
+    with _locked(folder / "lock"):
+        if not record.exists():
+            done, _, _ = launch(strategy, folder, *args, nproc=nproc, env=env)
+            fields = ("args", "returncode", "stdout", "stderr")
+            record.write_text(json.dumps({field: getattr(done, field) for field in fields}))
+    done = subprocess.CompletedProcess(**json.loads(record.read_text()))
+    out, dump = folder / "run.json", folder / "run.pt"
+    result = json.loads(out.read_text()) if out.exists() else None
+    state = torch.load(dump) if dump.exists() else None
+    return done, result, state
+
+
 def losses(result) -> list[float]:
     return [s["loss"] for s in result["trials"][0]["steps"]]
 
@@ -90,8 +135,8 @@ def assert_same_training(result, state, reference):
 @pytest.fixture(scope="session")
 def reference(tmp_path_factory):
     """`single` on the whole global batch (4 sequences a step), the baseline."""
-    tmp = tmp_path_factory.mktemp("single")
-    done, result, state = launch("single", tmp, "--micro-batch-size", "4", nproc=1)
+    tmp = shared_folder(tmp_path_factory, "single")
+    done, result, state = launch_once(tmp, "single", "--micro-batch-size", "4", nproc=1)
     assert done.returncode == 0, done.stderr
     return result, state
 
@@ -107,8 +152,8 @@ SGD = ["--optimizer", "sgd", "--lr", "0.05", "--max-grad-norm", "1.0"]
 @pytest.fixture(scope="session")
 def reference_sgd(tmp_path_factory):
     """`single` on the whole global batch of 4 sequences."""
-    tmp = tmp_path_factory.mktemp("single-sgd")
-    done, result, state = launch("single", tmp, "--micro-batch-size", "4", *SGD, nproc=1)
+    tmp = shared_folder(tmp_path_factory, "single-sgd")
+    done, result, state = launch_once(tmp, "single", "--micro-batch-size", "4", *SGD, nproc=1)
     assert done.returncode == 0, done.stderr
     return result, state
 
@@ -120,14 +165,17 @@ PIPELINE_MODEL = ["--n-layers", "4", "--max-grad-norm", "0.5"]
 @pytest.fixture(scope="session")
 def reference_pipeline(tmp_path_factory):
     """`single` with PIPELINE_MODEL on the whole global batch of 4 sequences."""
-    tmp = tmp_path_factory.mktemp("single-4-blocks")
-    done, result, state = launch("single", tmp, *PIPELINE_MODEL, "--micro-batch-size", 4, nproc=1)
+    tmp = shared_folder(tmp_path_factory, "single-4-blocks")
+    done, result, state = launch_once(
+        tmp, "single", *PIPELINE_MODEL, "--micro-batch-size", 4, nproc=1
+    )
     assert done.returncode == 0, done.stderr
     return result, state
 
 
 class Runs:
-    """Results by (strategy, variant, args), launched once and shared by the tests below.
+    """Results by (strategy, variant, args), launched once in the pytest run (both xdist
+    workers: :func:`launch_once`) and shared by the tests below.
 
     Every launch also counts the blocking all-reduces of each step (mtb_test_collectives).
     """
@@ -140,13 +188,14 @@ class Runs:
     def __call__(self, strategy, variant, *args):
         key = (strategy, variant, *args)
         if key not in self.cache:
-            tmp = self.tmp_path_factory.mktemp(f"{strategy}-{variant}")
+            digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+            tmp = shared_folder(self.tmp_path_factory, f"{strategy}-{variant}-{digest}")
             counts = tmp / "collectives.json"
             env = {
                 "MTB_PLUGIN_MODULES": "mtb_test_dump,mtb_test_collectives",
                 "MTB_TEST_COLLECTIVES": str(counts),
             }
-            done, result, state = launch(strategy, tmp, *args, env=env)
+            done, result, state = launch_once(tmp, strategy, *args, env=env)
             assert done.returncode == 0, done.stderr
             self.cache[key] = (result, state)
             self.counts[key] = json.loads(counts.read_text()) if counts.exists() else None

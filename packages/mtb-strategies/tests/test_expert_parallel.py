@@ -3,7 +3,8 @@
 Two MoE workloads, each launched once at ep 2 and once in `single` with the
 whole global batch: top-2 with drops (ddp, saving checkpoints that the
 resume tests load) and top-1 dropless (fsdp on the dense parameters, and nd,
-the N-D mesh's FSDP with the experts on its data-parallel ranks).
+the N-D mesh's FSDP with the experts on its data-parallel ranks). That one
+`single` run of top-1 dropless is also the reference of its two 4-rank layouts.
 """
 
 import pytest
@@ -21,7 +22,25 @@ SAVE = ["--save-every", "2", "--record-digests"]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def single(tmp_path_factory):
+    """`single` on the whole global batch (4 sequences) of a workload, launched on first use:
+    the reference of every run of that workload in this module, whatever its layout."""
+    cache = {}
+
+    def get(workload):
+        if workload not in cache:
+            tmp = tmp_path_factory.mktemp(f"{workload}-single")
+            args = [*WORKLOADS[workload], "--micro-batch-size", "4"]
+            done, *reference = launch("single", tmp, *args, nproc=1)
+            assert done.returncode == 0, done.stderr
+            cache[workload] = tuple(reference)
+        return cache[workload]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, single):
     """(ep 2 run, single reference) per workload; the ddp run keeps its checkpoints."""
     found = {}
     for name, args in WORKLOADS.items():
@@ -29,13 +48,11 @@ def runs(tmp_path_factory):
         saving = [*SAVE, "--checkpoint-dir", tmp / "ckpt"] if STRATEGY[name] == "ddp" else []
         done, result, state = launch(STRATEGY[name], tmp, *args, "--ep", "2", *saving)
         assert done.returncode == 0, done.stderr
-        ref = launch("single", tmp, *args, "--micro-batch-size", "4", nproc=1, name="single")
-        assert ref[0].returncode == 0, ref[0].stderr
-        found[name] = {"run": (result, state), "reference": ref[1:], "dir": tmp}
+        found[name] = {"run": (result, state), "reference": single(name), "dir": tmp}
     tmp = tmp_path_factory.mktemp("nd")
     done, result, state = launch("nd", tmp, *WORKLOADS["top1-dropless"], "--ep", "2")
     assert done.returncode == 0, done.stderr
-    found["nd"] = {"run": (result, state), "reference": found["top1-dropless"]["reference"]}
+    found["nd"] = {"run": (result, state), "reference": single("top1-dropless")}
     return found
 
 
@@ -49,20 +66,18 @@ def test_ep2_trains_like_single_on_the_same_global_batch(runs, workload):
 
 @pytest.mark.slow
 @pytest.mark.four_ranks
-def test_ep2_of_dp4_reduces_expert_gradients_over_replicas(tmp_path):
+def test_ep2_of_dp4_reduces_expert_gradients_over_replicas(single, tmp_path):
     """4 ranks, experts split over pairs: each expert on 2 ranks, its gradient summed over them."""
     args = [*WORKLOADS["top1-dropless"], "--ep", "2"]
     done, result, state = launch("ddp", tmp_path, *args, "--micro-batch-size", "1", nproc=4)
     assert done.returncode == 0, done.stderr
     assert result["environment"]["layout"]["ep"] == 2
-    one = launch("single", tmp_path, *args[:-2], "--micro-batch-size", "4", nproc=1, name="one")
-    assert one[0].returncode == 0, one[0].stderr
-    assert_same_training(result, state, one[1:])
+    assert_same_training(result, state, single("top1-dropless"))
 
 
-@pytest.mark.slow(reason="two 4-rank launches")
+@pytest.mark.slow
 @pytest.mark.four_ranks
-def test_nd_hsdp_with_ep2_trains_like_single(tmp_path):
+def test_nd_hsdp_with_ep2_trains_like_single(single, tmp_path):
     """nd dp_replicate 2 x dp_shard 2 with ep 2: HSDP's 2-D mesh on the dense parameters,
     each expert on 2 of the 4 ranks; the gradient norm summed across both."""
     args = [*WORKLOADS["top1-dropless"], "--micro-batch-size", "1"]
@@ -71,10 +86,7 @@ def test_nd_hsdp_with_ep2_trains_like_single(tmp_path):
     assert done.returncode == 0, done.stderr
     parallel = result["config"]["parallel"]
     assert (result["environment"]["layout"]["ep"], parallel["dp_replicate"]) == (2, 2)
-    one = launch("single", tmp_path, *WORKLOADS["top1-dropless"], "--micro-batch-size", "4",
-                 nproc=1, name="one")  # fmt: skip
-    assert one[0].returncode == 0, one[0].stderr
-    assert_same_training(result, state, one[1:])
+    assert_same_training(result, state, single("top1-dropless"))
 
 
 def test_nd_refuses_ep_beside_tp_cp_or_pp_before_launch(invoke_strategies):

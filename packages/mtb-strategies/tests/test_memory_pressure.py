@@ -35,6 +35,7 @@ micro_batch_size = 1
 steps = 2
 warmup_steps = 1
 device = "cpu"
+peak_tflops = 1
 nproc_per_node = 2
 memory_limit_per_rank = "1000MiB"
 

@@ -3,7 +3,7 @@
 Four blocks (so interleaving can put two stages on each rank), 4 sequences a
 step, clipping on: the reference takes them in one batch, each pipeline in
 its schedule's micro-batches. One launch per layout serves every assertion
-about it.
+about it; the 1f1b one is also the uninterrupted run of the resume test.
 """
 
 import json
@@ -25,15 +25,35 @@ LAYOUTS = {
 THEORETICAL = {"gpipe": 1 / 3, "1f1b": 1 / 5, "interleaved": 1 / 9}
 
 
+#: every layout's run saves and records digests: the 1f1b one is also the uninterrupted run
+#: that the resume test compares with and resumes from
+SAVING = ["--save-every", 2, "--record-digests"]
+
+
 def run_pp(tmp, *args, name="run"):
     return launch("nd", tmp, "--pp", 2, *MODEL, *args, name=name)
 
 
-@pytest.fixture(scope="module", params=sorted(LAYOUTS))
-def pipelined(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"pp-{request.param}")
-    done, result, state = run_pp(tmp, *LAYOUTS[request.param])
-    assert done.returncode == 0, done.stderr
+@pytest.fixture(scope="module")
+def pipeline_runs(tmp_path_factory):
+    """(result, state, checkpoint folder) of a layout's 5-step run, launched on first use."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            tmp = tmp_path_factory.mktemp(f"pp-{name}")
+            saving = [*SAVING, "--checkpoint-dir", tmp / "ckpt"]
+            done, result, state = run_pp(tmp, *LAYOUTS[name], *saving)
+            assert done.returncode == 0, done.stderr
+            cache[name] = result, state, tmp / "ckpt"
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(params=sorted(LAYOUTS))
+def pipelined(request, pipeline_runs):
+    result, state, _ = pipeline_runs(request.param)
     return request.param, result, state
 
 
@@ -70,19 +90,17 @@ def test_nan_on_the_first_stage_stops_every_stage(tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_resume_is_exact_and_moved_stage_boundaries_are_refused(tmp_path):
-    common = ["--save-every", 2, "--record-digests", "--pp-schedule", "1f1b"]
-    done, whole, _ = run_pp(tmp_path, "--steps", 4, *common, "--checkpoint-dir", tmp_path / "a")
-    assert done.returncode == 0, done.stderr
-    split = [*common, "--checkpoint-dir", tmp_path / "b"]
+def test_resume_is_exact_and_moved_stage_boundaries_are_refused(pipeline_runs, tmp_path):
+    whole, _, whole_dir = pipeline_runs("1f1b")
+    split = [*LAYOUTS["1f1b"], *SAVING, "--checkpoint-dir", tmp_path / "b"]
     done, _, _ = run_pp(tmp_path, "--steps", 2, *split, name="first")
     assert done.returncode == 0, done.stderr
-    done, resumed, _ = run_pp(tmp_path, "--steps", 4, *split, "--resume", "latest", name="second")
+    done, resumed, _ = run_pp(tmp_path, *split, "--resume", "latest", name="second")
     assert done.returncode == 0, done.stderr
     assert resumed["state_digests"] == whole["state_digests"]
     assert resumed["checkpoint"]["resumed"]["step"] == 2
     moved = ["--pp-schedule", "interleaved-1f1b", "--pp-stages-per-rank", 2, "--steps", 6]
-    done, _, _ = run_pp(tmp_path, *moved, "--resume", tmp_path / "a" / "step_00000004", name="x")
+    done, _, _ = run_pp(tmp_path, *moved, "--resume", whole_dir / "step_00000004", name="x")
     assert done.returncode == 2
     line = "layout: checkpoint pp2, run pp2 (pipeline stages 2 vs 4: stage boundaries moved)"
     assert line in done.stderr
