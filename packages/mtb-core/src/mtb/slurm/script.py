@@ -134,7 +134,8 @@ def render(job: Job) -> str:
         *_directives(job),
         "set -uo pipefail",
         *([job.settings.setup] if job.settings.setup else []),
-        f'mkdir -p running "$(dirname {result})"',
+        # a requeued job runs again: what an earlier attempt left in running/ is stale
+        f'mkdir -p running "$(dirname {result})" && rm -f {running}',
         *_rendezvous(job.settings.python),
         'export MTB_RDZV_ENDPOINT="${head_addr:-$head_node}:$port"',
         f"srun --ntasks-per-node=1{_kill_on_bad_exit(job)} --open-mode=append "

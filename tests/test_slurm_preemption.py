@@ -1,0 +1,139 @@
+"""Preemption and time limits lose nothing, on a real two-node Slurm cluster: a job requeued
+by ``scontrol requeue`` and a job past its time limit (Slurm's SIGUSR1 warning: the ranks
+save, the job requeues itself) both resume and end with the final state digests of an
+uninterrupted run.
+
+The straggler plugin (core's test plugins) slows every step after its timing, so that the
+requeue and the warning land mid-run; the jobs inherit it through the environment sbatch
+exports.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import ROOT
+from test_slurm_jobs import recorded, wait_until
+from test_slurm_runs import mtb, write_matrix
+
+pytestmark = pytest.mark.slow(reason="real Slurm jobs, each requeued at least once")
+EXACT = {
+    "strategy": "single",
+    "preset": "tiny",
+    "warmup_steps": 0,
+    "peak_tflops": 1,
+    "device": "cpu",
+    "dropout": 0.1,
+    "lr_schedule": "cosine",
+    "record_digests": True,
+    "save_every": 2,
+    "checkpoint_dir": "ck",
+    "timeout": 600,
+}
+SLOW = {
+    "MTB_PLUGIN_MODULES": "mtb_test_straggler",
+    "MTB_TEST_SLOW_RANK": "0",
+    "PYTHONPATH": str(ROOT / "packages" / "mtb-core" / "tests" / "plugins"),
+}
+
+
+@pytest.fixture
+def slowed(monkeypatch):
+    """Steps of ``ms`` milliseconds in every job submitted meanwhile."""
+
+    def slow(ms: int) -> None:
+        for key, value in {**SLOW, "MTB_TEST_SLOW_MS": str(ms)}.items():
+            monkeypatch.setenv(key, value)
+
+    return slow
+
+
+@contextlib.contextmanager
+def requeued_jobs_start_at_once(out):
+    """Slurm holds a requeued job for about two minutes (PENDING, reason BeginTime) before
+    it may start again; here it may start at once (``scontrol update ... StartTime=now``)."""
+    from mtb.slurm import scheduler
+
+    done, held_since = threading.Event(), {}
+
+    def hurry():
+        while not done.wait(0.5):
+            jobs = [entry.get("job_id") for entry in recorded(out).values()]
+            for job in scheduler.states([j for j in jobs if j]).values():
+                if not (job.state == "PENDING" and job.reason == "BeginTime" and job.restarts):
+                    held_since.pop(job.job_id, None)
+                    continue
+                # not at once: the previous attempt's credential is still being revoked
+                if time.monotonic() - held_since.setdefault(job.job_id, time.monotonic()) > 3:
+                    update = ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"]
+                    subprocess.run(update, check=False, capture_output=True, timeout=30)
+
+    thread = threading.Thread(target=hurry, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=30)
+
+
+def uninterrupted(tmp_path, steps: int) -> dict:
+    flags = [
+        f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
+        for k, v in {**EXACT, "checkpoint_dir": tmp_path / "ref"}.items()
+    ]
+    out = tmp_path / "reference.json"
+    done = mtb("run", *flags, f"--steps={steps}", "--output", out)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())["state_digests"]
+
+
+def finished_cell(out) -> dict:
+    return json.loads((out / "cells" / "cell.json").read_text())
+
+
+@pytest.mark.timeout(400)
+def test_a_job_requeued_by_scontrol_resumes_exactly(slurm_cluster, tmp_path, slowed):
+    slowed(150)
+    plan = write_matrix(tmp_path / "m.toml", "requeued", {**EXACT, "steps": 40})
+    out = tmp_path / "out"
+    assert mtb("matrix", "run", plan, "--output-dir", out, "--detach").returncode == 0
+    wait_until(lambda: (out / "ck" / "latest").exists(), "a first checkpoint")
+    job = recorded(out)["cell"]["job_id"]
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+    with requeued_jobs_start_at_once(out):
+        watched = mtb("matrix", "run", plan, "--output-dir", out, "--resume", "--poll-s", "0.5")
+    assert watched.returncode == 0, watched.stderr
+    cell = finished_cell(out)
+    assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
+    assert cell["checkpoint"]["resumed"]["step"] >= 2
+    assert recorded(out)["cell"]["jobs"] == [job]  # the same job, run again
+    assert cell["state_digests"] == uninterrupted(tmp_path, 40)
+
+
+@pytest.mark.timeout(600)
+def test_a_job_past_its_time_limit_saves_on_the_warning_and_resumes_exactly(
+    slurm_cluster, tmp_path, slowed
+):
+    """A one-minute limit with the warning 35 s before it. Slurm checks time limits about
+    every 30 s, so SIGUSR1 arrives 25 to 55 s into an attempt, always at a check before the
+    one that would end the job (a warning window under 30 s could fall between two checks:
+    TIMEOUT, no requeue). 110 steps of 500 ms outlast the first attempt."""
+    slowed(500)
+    options = {**EXACT, "steps": 110, "slurm_time": "1", "slurm_signal_s": 35}
+    plan = write_matrix(tmp_path / "m.toml", "preempted", options)
+    out = tmp_path / "out"
+    with requeued_jobs_start_at_once(out):
+        watched = mtb("matrix", "run", plan, "--output-dir", out, "--poll-s", "1", timeout=560)
+    assert watched.returncode == 0, watched.stderr
+    cell = finished_cell(out)
+    assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
+    log = (out / "logs" / "cell.slurm.out").read_text()
+    assert "saved on the warning signal; requeueing job" in log
+    assert "stopped by SIGUSR1 after saving step" in (out / "logs" / "cell.node0.log").read_text()
+    assert cell["state_digests"] == uninterrupted(tmp_path, 110)
+    assert os.path.isdir(out / "ck")
