@@ -62,8 +62,9 @@ class SlurmSettings:
     signal_s: int = setting(
         120,
         help="with checkpoints: seconds before the time limit at which the ranks are "
-        "told to save and the job requeues itself (--signal)",
-        minimum=10,
+        "told to save and the job requeues itself (--signal); at least 30, as Slurm "
+        "checks time limits about every 30 s",
+        minimum=30,
         maximum=86400,
     )
 
