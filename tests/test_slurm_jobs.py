@@ -53,6 +53,15 @@ def processes_in(folder: Path) -> set[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an exited srun whose new parent, PID 1, has not reaped it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_a_killed_submitter_is_reattached_and_no_cell_runs_twice(slurm_cluster, tmp_path):
     options = {**TINY, "strategy": "single", "steps": 40}
     plan = write_matrix(tmp_path / "m.toml", "resumed", options, timeout_s=120)
@@ -73,22 +82,28 @@ def test_a_killed_submitter_is_reattached_and_no_cell_runs_twice(slurm_cluster, 
     assert [row["status"] for row in matrix["cells"]] == ["ok", "ok"]
 
 
-def test_cancel_leaves_no_job_and_no_process(slurm_cluster, tmp_path):
+def test_a_stopped_submitter_leaves_the_jobs_and_cancel_leaves_no_job_and_no_process(
+    slurm_cluster, tmp_path
+):
     options = {**TINY, "strategy": "single", "steps": 1000000, "timeout": 600}
     plan = write_matrix(tmp_path / "m.toml", "cancelled", options, timeout_s=600)
     plan.write_text(plan.read_text() + "[axes]\nseed = [1, 2]\n")
     out = tmp_path / "out"
-    detached = mtb("matrix", "run", plan, "--output-dir", out, "--detach")
-    assert detached.returncode == 0, detached.stderr
-    assert "mtb matrix status" in detached.stdout
+    command = [sys.executable, "-m", "mtb", "matrix", "run", str(plan), "--output-dir", str(out)]
+    submitter = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_until(lambda: len(processes_in(out.resolve())) >= 4, "both jobs' processes")
+    submitter.send_signal(signal.SIGTERM)
+    assert submitter.wait(timeout=60) == 128 + signal.SIGTERM
+    last = submitter.stderr.read().decode().strip().splitlines()[-1]
+    assert last.startswith("Error: interrupted by SIGTERM; the submitted jobs go on: ")
+    assert f"mtb matrix cancel {out}" in last
     status = mtb("matrix", "status", out)
     assert status.returncode == 0 and status.stdout.count("RUNNING") == 2, status.stdout
     started = processes_in(out.resolve())
     cancelled = mtb("matrix", "cancel", out)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith("cancelled 2 job(s): ")
-    left = {pid for pid in started if Path(f"/proc/{pid}").exists()}
+    left = {pid for pid in started if running(pid)}
     assert not left, f"processes left after cancel: {left}"
     status = mtb("matrix", "status", out)
     assert status.stdout.count("CANCELLED") == 2 and "RUNNING" not in status.stdout

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mtb import provenance
 from mtb.console import stderr
-from mtb.errors import RunFailed, UsageError
+from mtb.errors import Interrupted, RunFailed, UsageError
 from mtb.matrix import records, runner
 from mtb.matrix.session import _argv, _timeout, _write_report, result_path
 from mtb.reporting import write_atomic
@@ -271,14 +271,36 @@ class Watch:
 
 
 def run(spec, plans, out: Path, pm, *, resubmit_failed=False, detach=False, poll_s=POLL_S):
-    """Submit, and unless ``detach`` watch until every job has ended: (matrix, report)."""
+    """Submit, and unless ``detach`` watch until every job has ended: (matrix, report).
+
+    A signal to the submitter (Ctrl-C, SIGTERM) stops the watching only: the jobs are the
+    cluster's and go on; the line says how to re-attach or cancel them.
+    """
+    from mtb.launch import interruptible
+
     scheduler.check_reachable()
     watch = Watch(spec, plans, out, pm, resubmit_failed=resubmit_failed, poll_s=poll_s)
-    watch.submit_missing()
-    if detach:
-        return None, None
-    watch.wait()
+    try:
+        with interruptible():
+            watch.submit_missing()
+            if detach:
+                return None, None
+            watch.wait()
+    except Interrupted as stopped:
+        raise LeftRunning(stopped.signum, out) from None
     return watch.finish()
+
+
+class LeftRunning(Interrupted):
+    """The submitter was stopped; the submitted jobs were not (exit 128 + N)."""
+
+    def __init__(self, signum: int, out: Path):
+        super().__init__(signum)
+        self.args = (
+            f"{self.args[0]}; the submitted jobs go on: re-attach with "
+            f"mtb matrix run ... --resume --output-dir {out}, stop them with "
+            f"mtb matrix cancel {out}",
+        )
 
 
 def _recorded(out: Path) -> dict[str, str]:
