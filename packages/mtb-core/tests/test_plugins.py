@@ -60,7 +60,7 @@ def test_builtins_register_through_the_same_hooks(pm):
 
 
 CORE_COMMANDS = ["checkpoint", "data", "doctor", "estimate-memory", "fault", "matrix", "plugins"]
-CORE_COMMANDS += ["profile", "run"]
+CORE_COMMANDS += ["profile", "run", "slurm"]
 
 
 @pytest.mark.timeout(60)
