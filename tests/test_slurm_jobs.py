@@ -73,11 +73,17 @@ def test_a_killed_submitter_is_reattached_and_no_cell_runs_twice(slurm_cluster, 
     wait_until(lambda: sum(bool(c.get("job_id")) for c in recorded(out).values()) == 2, "2 jobs")
     submitter.send_signal(signal.SIGKILL)
     submitter.wait(timeout=30)
+    # as if it had died between sbatch and the record: that job is found by name, not resubmitted
+    state = out / "slurm" / "jobs.state"
+    record = json.loads(state.read_text())
+    record["cells"]["seed=1"]["job_id"] = None
+    state.write_text(json.dumps(record))
     again = mtb("matrix", "run", plan, "--output-dir", out, "--resume", "--poll-s", "0.5")
     assert again.returncode == 0, again.stderr
     assert "submitted" not in again.stderr  # re-attached, nothing submitted again
     assert next_job_id() - before == 2
-    assert [len(cell["jobs"]) for cell in recorded(out).values()] == [1, 1]
+    assert [len(cell["jobs"]) for cell in recorded(out).values()] == [2, 1]  # one adopted
+    assert len(set(recorded(out)["seed=1"]["jobs"])) == 1
     matrix = json.loads((out / "matrix.json").read_text())
     assert [row["status"] for row in matrix["cells"]] == ["ok", "ok"]
 
@@ -107,6 +113,11 @@ def test_a_stopped_submitter_leaves_the_jobs_and_cancel_leaves_no_job_and_no_pro
     assert not left, f"processes left after cancel: {left}"
     status = mtb("matrix", "status", out)
     assert status.stdout.count("CANCELLED") == 2 and "RUNNING" not in status.stdout
+    before = next_job_id()
+    resubmitted = mtb("matrix", "run", plan, "--output-dir", out, "--resume", "--detach")
+    assert resubmitted.returncode == 0, resubmitted.stderr
+    assert next_job_id() - before == 2  # cancelled cells are submitted again
+    assert mtb("matrix", "cancel", out).stdout.startswith("cancelled 2 job(s): ")
 
 
 def test_an_sbatch_refusal_is_the_cells_result_with_slurms_message(slurm_cluster, tmp_path):

@@ -1,6 +1,6 @@
 """The Slurm batch script and settings, without a cluster: what each job asks Slurm for.
 
-The scripts run for real on a two-node Slurm cluster in tests/test_slurm.py.
+The scripts run for real on a two-node Slurm cluster in tests/test_slurm_*.py.
 """
 
 import shlex
@@ -202,3 +202,94 @@ def test_slurm_script_refuses_flags_it_sets_itself(invoke):
     assert "--nnodes: set by mtb slurm script itself" in result.output
     bad = invoke("slurm", "script", "--time", "later", "--", "--strategy", "ddp")
     assert bad.exit_code == 2 and "--time: 'later' is not a Slurm time" in bad.output
+
+
+def test_extra_sbatch_arguments_keep_their_spaces():
+    chosen = settings.SlurmSettings(sbatch_args="--comment='a b' --exclusive", python="python3")
+    asked = directives(script.render(job(settings=chosen)))
+    assert "--comment='a b'" in asked and "--exclusive" in asked
+
+
+def test_setup_runs_before_nounset_and_stops_the_job_when_it_fails(tmp_path):
+    chosen = settings.SlurmSettings(setup="echo $UNSET_IN_SETUP; false", python="python3")
+    text = script.render(job(settings=chosen, nodes=1))
+    lines = text.splitlines()
+    assert lines.index("echo $UNSET_IN_SETUP; false") < lines.index("set -uo pipefail")
+    prelude = text[: text.index("set -uo pipefail")]
+    ran = subprocess.run(["bash", "-c", prelude], capture_output=True, text=True, check=False)
+    assert ran.returncode == 1 and "the setup lines failed" in ran.stderr
+
+
+def test_a_failed_self_requeue_fails_the_job():
+    assert 'scontrol requeue "$SLURM_JOB_ID" || exit $status' in script.render(
+        job(checkpoints=True)
+    )
+
+
+def test_checkpointed_jobs_get_the_warning_inside_their_time_limit():
+    plain, warned = settings.SlurmSettings(), settings.SlurmSettings(signal_s=300)
+    assert plain.time_limit(600) == "12"  # 600 s + 120 s margin
+    assert warned.time_limit(600, checkpoints=True) == "17"  # + the 300 s warning
+    short = settings.SlurmSettings(time="1", signal_s=60)
+    with pytest.raises(ConfigError, match="signal_s: 60 s is not below the time limit of 60 s"):
+        short.check_warning(600)
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [("1", 60), ("1:30", 90), ("01:30:00", 5400), ("2-3", 183600), ("1-00:00:05", 86405)],
+)
+def test_slurm_times_in_seconds(limit, expected):
+    assert settings.seconds(limit) == expected
+
+
+def plans_of(raw: dict) -> list:
+    from mtb.matrix.plan import Plan
+
+    return [Plan(cell) for cell in expand(spec_mod.from_dict(raw, "m.toml"))]
+
+
+def test_every_cells_resources_are_checked_before_any_job_is_submitted():
+    from mtb.errors import UsageError
+    from mtb.matrix import slurm_jobs
+
+    raw = {"name": "m", "executor": "slurm", "axes": {"slurm_partiton": ["a", "b"]}}
+    spec = spec_mod.from_dict(raw, "m.toml")
+    with pytest.raises(UsageError, match=r"^cell slurm_partiton=a: slurm_partiton: unknown"):
+        slurm_jobs.cell_settings(spec, plans_of(raw))
+    shared = {"name": "m", "options": {"checkpoint_dir": "ck"}, "axes": {"seed": [1, 2]}}
+    with pytest.raises(UsageError, match="checkpoint_dir: 'ck' is shared by 2 cells"):
+        slurm_jobs.cell_settings(spec_mod.from_dict(shared, "m.toml"), plans_of(shared))
+
+
+def test_an_ended_jobs_stand_in_never_replaces_the_result_it_left(tmp_path):
+    from mtb.matrix import slurm_jobs
+
+    spec = spec_mod.from_dict({"name": "m"}, "m.toml")
+    (cell,) = expand(spec)
+    left = tmp_path / "cells" / "cell.json"
+    left.parent.mkdir()
+    left.write_text('{"kind": "train", "status": "ok", "error": null}')
+    ended = scheduler.JobState("7", "FAILED", "NonZeroExitCode", "1:0")
+    assert slurm_jobs.collect(spec, cell, ended, tmp_path)["status"] == "ok"
+    left.unlink()
+    document = slurm_jobs.collect(spec, cell, ended, tmp_path)
+    assert document["error"] == "slurm job 7 ended FAILED (NonZeroExitCode)"
+    assert slurm_jobs.collect(spec, cell, ended, tmp_path) == document
+
+
+def test_a_record_that_is_not_one_is_one_line(tmp_path):
+    from mtb.errors import UsageError
+    from mtb.matrix import slurm_jobs
+
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "jobs.state").write_text("[]")
+    with pytest.raises(UsageError, match="is not a record of Slurm jobs"):
+        slurm_jobs.read_record(tmp_path)
+
+
+def test_slurm_script_reads_flags_given_with_an_equals_sign(invoke):
+    refused = invoke("slurm", "script", "--", "--strategy", "ddp", "--timeout=5")
+    assert refused.exit_code == 2 and "--timeout: set by mtb slurm script" in refused.output
+    checkpointed = invoke("slurm", "script", "--", "--checkpoint-dir=ck")
+    assert "--save-on-signal" in checkpointed.output and "#SBATCH --requeue" in checkpointed.output

@@ -177,9 +177,9 @@ def show_command(ctx, matrix_file, preset, overrides, output_dir, max_ranks):
 def status_command(output_dir):
     """The Slurm jobs of a matrix: each cell's job, Slurm's state and reason, its result."""
     from mtb.console import print_wide
-    from mtb.matrix import display, slurm_session
+    from mtb.matrix import display, slurm_jobs
 
-    print_wide(display.jobs_table(Path(output_dir), slurm_session.job_states(Path(output_dir))))
+    print_wide(display.jobs_table(Path(output_dir), slurm_jobs.job_states(Path(output_dir))))
 
 
 @matrix_group.command("cancel")
@@ -189,9 +189,9 @@ def cancel_command(output_dir):
 
     The cells keep no result; `mtb matrix run --resume` submits them again.
     """
-    from mtb.matrix import slurm_session
+    from mtb.matrix import slurm_jobs
 
-    cancelled = slurm_session.cancel(Path(output_dir))
+    cancelled = slurm_jobs.cancel(Path(output_dir))
     click.echo(f"cancelled {len(cancelled)} job(s){': ' if cancelled else ''}{' '.join(cancelled)}")
 
 

@@ -84,8 +84,9 @@ def script_command(nodes, nproc_per_node, device, timeout_s, result, run_args, *
     except ConfigError as error:
         flag = "--" + error.field.split(".", 1)[1].replace("_", "-")
         raise UsageError(f"{flag}: {error.message}") from None
+    flags = {arg.split("=", 1)[0] for arg in run_args}
     for owned in ("--output", "--nnodes", "--nproc-per-node", "--node-rank", "--timeout"):
-        if owned in run_args:
+        if owned in flags:
             raise UsageError(f"{owned}: set by mtb slurm script itself, not among the run flags")
     argv = (
         *run_args,
@@ -110,6 +111,6 @@ def script_command(nodes, nproc_per_node, device, timeout_s, result, run_args, *
         result=result,
         log_stem="mtb-run-%j",
         log_dir=".",
-        checkpoints="--checkpoint-dir" in run_args,
+        checkpoints="--checkpoint-dir" in flags,
     )
     click.echo(script.render(job), nl=False)

@@ -120,16 +120,14 @@ def summary_table(matrix: dict) -> Table:
 
 def jobs_table(out, states: dict) -> Table:
     """``mtb matrix status``: each cell's Slurm job, its state and reason, the result so far."""
-    import json
+    from mtb.matrix.runner import complete
 
     table = Table(title=f"Slurm jobs of the matrix in {out}")
     for column in ("cell", "job", "state", "reason", "requeued", "result"):
         table.add_column(column, overflow="fold")
     for cell, job in states.items():
-        try:
-            result = json.loads((out / "cells" / f"{cell}.json").read_text())["status"]
-        except (OSError, ValueError, KeyError, TypeError):
-            result = "-"
+        document = complete(out / "cells" / f"{cell}.json")
+        result = document["status"] if document else "-"
         table.add_row(cell, job.job_id, job.state, job.reason or "-", str(job.restarts), result)
     return table
 

@@ -97,7 +97,7 @@ def stop(process: subprocess.Popen):
     return ended
 
 
-def _last_error(log: Path) -> str:
+def last_error(log: Path) -> str:
     try:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
     except OSError:
@@ -150,7 +150,7 @@ def run(command: str, cell, argv: list[str], result: Path, timeout_s: float, log
         document = own_document(command, cell, "timeout", message, None)
         write_atomic(result, json.dumps(document, indent=2) + "\n")
     elif document is None:
-        document = own_document(command, cell, "failed", _last_error(log), process.returncode)
+        document = own_document(command, cell, "failed", last_error(log), process.returncode)
         write_atomic(result, json.dumps(document, indent=2) + "\n")
     else:
         os.replace(running, result)

@@ -17,6 +17,8 @@ from mtb.matrix.plan import plan_cell
 from mtb.reporting import write_atomic
 
 REPORTER = "markdown"
+#: where a Slurm matrix records its jobs (mtb.matrix.slurm_jobs)
+JOBS_RECORD = Path("slurm") / "jobs.state"
 
 
 class Interrupted(Exception):
@@ -38,21 +40,23 @@ def check_output_dir(out: Path, resume: bool) -> None:
             f"--output-dir: {out} already holds {len(existing)} cell result(s); "
             "continue them with --resume or choose another directory"
         )
-    if (out / "slurm" / "jobs.state").exists() and not resume:
+    if (out / JOBS_RECORD).exists() and not resume:
         raise UsageError(
             f"--output-dir: {out} already holds a matrix's Slurm jobs; "
             "re-attach with --resume, or see them with mtb matrix status"
         )
 
 
-def _argv(spec, plan) -> list[str]:
+def cell_argv(spec, plan) -> list[str]:
+    """The cell's flags, with the matrix's timeout when the command takes one."""
     argv = plan.cell.argv()
     if plan.takes_timeout and "timeout" not in plan.cell.options:
         argv += ["--timeout", f"{spec.timeout_s:g}"]
     return argv
 
 
-def _timeout(spec, plan) -> float:
+def cell_timeout(spec, plan) -> float:
+    """The cell's own ``timeout`` option, else the matrix's."""
     return float(plan.cell.options.get("timeout", spec.timeout_s))
 
 
@@ -60,7 +64,7 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
-def _write_report(pm, out: Path, matrix: dict, documents: list[dict]) -> Path | None:
+def write_report(pm, out: Path, matrix: dict, documents: list[dict]) -> Path | None:
     """Markdown through the installed reporter (mtb-report), when there is one."""
     registry = pm.registry("reporter")
     if REPORTER not in registry.names():
@@ -98,9 +102,9 @@ def run(spec, plan_list: list, out: Path, pm, progress) -> tuple[dict, Path | No
                 outcome = runner.run(
                     spec.command,
                     plan.cell,
-                    _argv(spec, plan),
+                    cell_argv(spec, plan),
                     path,
-                    _timeout(spec, plan),
+                    cell_timeout(spec, plan),
                     out / "logs" / f"{plan.cell.id}.log",
                 )
                 document = outcome.document
@@ -129,4 +133,4 @@ def run(spec, plan_list: list, out: Path, pm, progress) -> tuple[dict, Path | No
     with contextlib.suppress(OSError):  # empty once every cell is over
         (out / "running").rmdir()
     matrix = save()
-    return matrix, _write_report(pm, out, matrix, documents)
+    return matrix, write_report(pm, out, matrix, documents)

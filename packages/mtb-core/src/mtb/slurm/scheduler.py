@@ -1,9 +1,10 @@
 """Slurm's own commands, each failure one line: submit, read job states, cancel.
 
-No scheduler of mtb's own: ``sbatch --parsable`` submits, ``scontrol show job``
-reads the jobs the controller still knows (finished ones for ``MinJobAge``,
-five minutes by default), ``sacct`` the older ones where accounting is on,
-``scancel`` stops them. State names are Slurm's (``squeue --help`` lists them).
+No scheduler of mtb's own: ``sbatch --parsable`` submits, ``squeue`` reads
+the states of the jobs asked for (one call for all of them; the controller
+knows ended jobs for ``MinJobAge``, five minutes by default), ``scontrol show
+job`` an ended job's exit code, ``sacct`` the older ones where accounting is
+on, ``scancel`` stops them. State names are Slurm's (``squeue --help`` lists them).
 """
 
 import re
@@ -32,6 +33,8 @@ TERMINAL = frozenset(
 #: a job no command knows any more (purged, and no accounting)
 UNKNOWN = "UNKNOWN"
 FIELDS = re.compile(r"\b(JobId|JobName|JobState|Reason|ExitCode|Restarts|WorkDir)=(\S*)")
+#: squeue's columns: id, state, reason, name, working directory (last: it may hold "|")
+SQUEUE_FORMAT = "%i|%T|%r|%j|%Z"
 
 
 @attrs.frozen
@@ -82,7 +85,7 @@ def _message(program: str, text: str) -> str:
 
 def check_reachable() -> None:
     """One line, before anything is submitted, when there is no Slurm to submit to."""
-    for program in ("sbatch", "scontrol", "scancel"):
+    for program in ("sbatch", "squeue", "scontrol", "scancel"):
         if shutil.which(program) is None:
             raise UsageError(f"executor: slurm needs {program} on PATH; it is not installed here")
     try:
@@ -98,6 +101,7 @@ def submit(script: str, what: str) -> str:
 
 
 def _parse(line: str) -> JobState | None:
+    """One ``scontrol show job --oneliner`` line (for the exit code and restarts)."""
     fields = dict(FIELDS.findall(line))
     if "JobId" not in fields or "JobState" not in fields:
         return None
@@ -113,10 +117,37 @@ def _parse(line: str) -> JobState | None:
     )
 
 
-def known_jobs() -> list[JobState]:
-    """Every job the controller knows now (pending, running, recently finished)."""
-    out = _run(["scontrol", "show", "job", "--oneliner"], "scontrol show job")
-    return [state for line in out.splitlines() if (state := _parse(line))]
+def _queued(args: list[str]) -> list[JobState]:
+    """``squeue --states=all`` rows (id, state, reason, name, working directory); none when
+    Slurm no longer knows the ids asked for."""
+    try:
+        out = _run(["squeue", "-h", "--states=all", "-o", SQUEUE_FORMAT, *args], "squeue")
+    except SlurmError as error:
+        if "Invalid job id" in str(error):
+            return []
+        raise
+    rows = []
+    for line in out.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) == 5:
+            job_id, state, reason, name, workdir = parts
+            why = None if reason == "None" else reason
+            rows.append(JobState(job_id, state, why, name=name, workdir=workdir))
+    return rows
+
+
+def detail(job_id: str) -> JobState | None:
+    """``scontrol show job``: one job with its exit code and restarts (None when unknown)."""
+    try:
+        out = _run(["scontrol", "show", "job", "--oneliner", job_id], "scontrol show job")
+    except SlurmError:
+        return None
+    return next((state for line in out.splitlines() if (state := _parse(line))), None)
+
+
+def mine() -> list[JobState]:
+    """The jobs of this user the controller knows (pending, running, recently ended)."""
+    return _queued(["--me"])
 
 
 def _accounted(job_ids: list[str]) -> dict[str, JobState]:
@@ -140,9 +171,14 @@ def _accounted(job_ids: list[str]) -> dict[str, JobState]:
 
 
 def states(job_ids: list[str]) -> dict[str, JobState]:
-    """Each job's state: from the controller, else accounting, else UNKNOWN."""
-    wanted = set(job_ids)
-    found = {s.job_id: s for s in known_jobs() if s.job_id in wanted}
+    """Each job's state: from the controller (ended jobs with their exit code and
+    restarts), else accounting, else UNKNOWN. One ``squeue`` for all the ids."""
+    if not job_ids:
+        return {}
+    found = {s.job_id: s for s in _queued(["--jobs", ",".join(job_ids)]) if s.job_id in job_ids}
+    for job_id, state in list(found.items()):
+        if state.terminal:
+            found[job_id] = detail(job_id) or state
     found.update(_accounted([j for j in job_ids if j not in found]))
     return {j: found.get(j, JobState(j, UNKNOWN, "no longer known to Slurm")) for j in job_ids}
 

@@ -74,14 +74,40 @@ class SlurmSettings:
         except ValueError as error:
             raise ConfigError("sbatch_args", f"not valid shell words: {error}") from None
 
-    def time_limit(self, timeout_s: float) -> str:
-        """--time: the setting, else the command's timeout plus MARGIN_S in whole minutes."""
-        return self.time or str(math.ceil((timeout_s + MARGIN_S) / 60))
+    def time_limit(self, timeout_s: float, checkpoints: bool = False) -> str:
+        """--time: the setting, else the command's timeout plus MARGIN_S in whole minutes
+        (plus the warning, with checkpoints: the run's own timeout must not win the race
+        with Slurm's warning)."""
+        if self.time:
+            return self.time
+        warning = self.signal_s if checkpoints else 0
+        return str(math.ceil((timeout_s + warning + MARGIN_S) / 60))
+
+    def check_warning(self, timeout_s: float) -> None:
+        """With checkpoints: the warning must come before the time limit, or every attempt
+        is told to save as it starts."""
+        limit = seconds(self.time_limit(timeout_s, checkpoints=True))
+        if self.signal_s >= limit:
+            raise ConfigError(
+                "signal_s", f"{self.signal_s} s is not below the time limit of {limit} s"
+            )
 
     def gpus(self, nproc_per_node: int, device: str) -> int:
         if self.gpus_per_node is not None:
             return self.gpus_per_node
         return nproc_per_node if device == "cuda" else 0
+
+
+def seconds(limit: str) -> int:
+    """A Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in seconds."""
+    days, _, clock = limit.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-HH[:MM[:SS]]
+        parts = [*parts, 0, 0][:3]
+    elif len(parts) < 3:  # MM or MM:SS
+        parts = [0, *parts, 0][:3]
+    hours, minutes, secs = parts
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs
 
 
 def from_table(table: dict, where: str = "slurm") -> SlurmSettings:
