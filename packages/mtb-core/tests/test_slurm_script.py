@@ -5,6 +5,7 @@ The scripts run for real on a two-node Slurm cluster in tests/test_slurm_*.py.
 
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -293,3 +294,24 @@ def test_slurm_script_reads_flags_given_with_an_equals_sign(invoke):
     assert refused.exit_code == 2 and "--timeout: set by mtb slurm script" in refused.output
     checkpointed = invoke("slurm", "script", "--", "--checkpoint-dir=ck")
     assert "--save-on-signal" in checkpointed.output and "#SBATCH --requeue" in checkpointed.output
+
+
+def test_a_second_submitter_of_one_matrix_is_refused(tmp_path):
+    from mtb.matrix.slurm_session import _only_submitter
+
+    with _only_submitter(tmp_path):
+        held = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import pathlib, sys; from mtb.matrix.slurm_session import _only_submitter\n"
+                f"with _only_submitter(pathlib.Path({str(tmp_path)!r})): pass",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert held.returncode == 1 and "another mtb matrix run is submitting" in held.stderr
+    with _only_submitter(tmp_path):  # free again once the first is done
+        pass

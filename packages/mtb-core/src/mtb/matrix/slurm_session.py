@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mtb import provenance
 from mtb.console import stderr
-from mtb.errors import Interrupted
+from mtb.errors import Interrupted, UsageError
 from mtb.matrix import records, runner, slurm_jobs
 from mtb.matrix.session import result_path, write_report
 from mtb.reporting import write_atomic
@@ -171,7 +171,7 @@ def run(spec, plans, out: Path, pm, *, resubmit_failed=False, detach=False, poll
     scheduler.check_reachable()
     watch = Watch(spec, plans, out, pm, resubmit_failed=resubmit_failed, poll_s=poll_s)
     try:
-        with interruptible():
+        with interruptible(), _only_submitter(out):
             watch.submit_missing()
             if detach:
                 return None, None
@@ -179,6 +179,25 @@ def run(spec, plans, out: Path, pm, *, resubmit_failed=False, detach=False, poll
     except Interrupted as stopped:
         raise LeftRunning(stopped.signum, out, bool(watch.pending())) from None
     return watch.finish()
+
+
+@contextlib.contextmanager
+def _only_submitter(out: Path):
+    """One submitter per matrix at a time (a POSIX lock, which NFS carries between hosts):
+    two would both submit the cells neither had recorded yet."""
+    import fcntl
+
+    path = out / "slurm" / "submitter.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UsageError(
+                f"--output-dir: another mtb matrix run is submitting or watching {out} "
+                "(stop it first, or watch with mtb matrix status)"
+            ) from None
+        yield
 
 
 class LeftRunning(Interrupted):
