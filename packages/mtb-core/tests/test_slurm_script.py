@@ -315,3 +315,12 @@ def test_a_second_submitter_of_one_matrix_is_refused(tmp_path):
     assert held.returncode == 1 and "another mtb matrix run is submitting" in held.stderr
     with _only_submitter(tmp_path):  # free again once the first is done
         pass
+
+
+def test_show_and_dry_run_name_a_bad_cell_key_without_slurm(invoke, tmp_path):
+    plan = tmp_path / "m.toml"
+    plan.write_text('name = "m"\nexecutor = "slurm"\n[options]\nslurm_qos = "a b"\n')
+    for command in (("matrix", "show", plan), ("matrix", "run", plan, "--dry-run")):
+        result = invoke(*command)
+        assert result.exit_code == 2
+        assert result.output.strip() == "Error: cell cell: slurm_qos: 'a b' must be one word"

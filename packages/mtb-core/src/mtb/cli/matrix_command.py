@@ -25,8 +25,13 @@ def _plans(ctx, spec, max_ranks):
     from mtb.matrix.session import plans
 
     root = ctx.find_root()
-    machine = Machine(0, 0, cluster=True) if spec.executor == "slurm" else this_machine(max_ranks)
-    return plans(spec, expand(spec), root.command, root.obj, machine)
+    if spec.executor != "slurm":
+        return plans(spec, expand(spec), root.command, root.obj, this_machine(max_ranks))
+    from mtb.matrix.slurm_jobs import cell_settings
+
+    planned = plans(spec, expand(spec), root.command, root.obj, Machine(0, 0, cluster=True))
+    cell_settings(spec, [plan for plan in planned if not plan.skip])  # one line, before anything
+    return planned
 
 
 def _out(spec, output_dir: str | None) -> Path:
