@@ -11,6 +11,7 @@ exports.
 import contextlib
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -64,7 +65,7 @@ def requeued_jobs_start_at_once(out):
         while not done.wait(0.5):
             jobs = [entry.get("job_id") for entry in recorded(out).values()]
             for job in scheduler.states([j for j in jobs if j]).values():
-                if not (job.state == "PENDING" and job.reason == "BeginTime" and job.restarts):
+                if not (job.state == "PENDING" and job.reason == "BeginTime"):
                     held_since.pop(job.job_id, None)
                     continue
                 # not at once: the previous attempt's credential is still being revoked
@@ -112,6 +113,8 @@ def test_a_job_requeued_by_scontrol_resumes_exactly(slurm_cluster, tmp_path, slo
     assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
     assert cell["checkpoint"]["resumed"]["step"] >= 2
     assert recorded(out)["cell"]["jobs"] == [job]  # the same job, run again
+    status = mtb("matrix", "status", out).stdout
+    assert re.search(r"COMPLETED\s*│\s*-\s*│\s*1\s*│\s*ok", status), status  # requeued once
     assert cell["state_digests"] == uninterrupted(tmp_path, 40)
 
 

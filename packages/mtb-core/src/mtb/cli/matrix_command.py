@@ -184,7 +184,9 @@ def status_command(output_dir):
     from mtb.console import print_wide
     from mtb.matrix import display, slurm_jobs
 
-    print_wide(display.jobs_table(Path(output_dir), slurm_jobs.job_states(Path(output_dir))))
+    print_wide(
+        display.jobs_table(Path(output_dir), slurm_jobs.job_states(Path(output_dir), detailed=True))
+    )
 
 
 @matrix_group.command("cancel")

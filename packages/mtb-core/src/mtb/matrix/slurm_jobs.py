@@ -204,11 +204,11 @@ def recorded(out: Path) -> dict[str, str]:
     return jobs
 
 
-def job_states(out: Path) -> dict[str, scheduler.JobState]:
-    """cell id -> what Slurm says of its job now."""
+def job_states(out: Path, detailed: bool = False) -> dict[str, scheduler.JobState]:
+    """cell id -> what Slurm says of its job now (``detailed``: with restarts)."""
     jobs = recorded(out)
     scheduler.check_reachable()
-    found = scheduler.states(list(jobs.values()))
+    found = scheduler.states(list(jobs.values()), detailed)
     return {cell: found[job] for cell, job in jobs.items()}
 
 

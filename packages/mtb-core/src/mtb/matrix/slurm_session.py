@@ -115,7 +115,7 @@ class Watch:
     def _saw(self, cell, job: scheduler.JobState) -> None:
         if self.states.get(cell.id) != job:
             self.states[cell.id] = job
-            self.entry(cell).update(state=job.state, reason=job.reason, restarts=job.restarts)
+            self.entry(cell).update(state=job.state, reason=job.reason)
             reason = f" ({job.reason})" if job.reason else ""
             stderr.print(f"{cell.id}: job {job.job_id} {job.state}{reason}", markup=False)
         if job.terminal:

@@ -170,14 +170,15 @@ def _accounted(job_ids: list[str]) -> dict[str, JobState]:
     return found
 
 
-def states(job_ids: list[str]) -> dict[str, JobState]:
-    """Each job's state: from the controller (ended jobs with their exit code and
-    restarts), else accounting, else UNKNOWN. One ``squeue`` for all the ids."""
+def states(job_ids: list[str], detailed: bool = False) -> dict[str, JobState]:
+    """Each job's state: from the controller, else accounting, else UNKNOWN. One ``squeue``
+    for all the ids; ``scontrol`` adds the exit code and restarts of the ended jobs (of
+    every job when ``detailed``, as a one-off status wants)."""
     if not job_ids:
         return {}
     found = {s.job_id: s for s in _queued(["--jobs", ",".join(job_ids)]) if s.job_id in job_ids}
     for job_id, state in list(found.items()):
-        if state.terminal:
+        if state.terminal or detailed:
             found[job_id] = detail(job_id) or state
     found.update(_accounted([j for j in job_ids if j not in found]))
     return {j: found.get(j, JobState(j, UNKNOWN, "no longer known to Slurm")) for j in job_ids}
