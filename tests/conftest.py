@@ -49,3 +49,20 @@ def slurm_cluster(tmp_path_factory):
             yield folder
         finally:
             cluster.stop(folder)
+
+
+#: files that run longest, mostly waiting on Slurm's jobs or a fault smoke's launches; xdist
+#: hands whole files (--dist loadfile) to the two workers in collection order, so these go
+#: first and overlap with the rest instead of trailing on one worker at the end
+LONGEST_FIRST = (
+    "test_slurm_preemption.py",
+    "test_fault_smoke_damage.py",
+    "test_fault_smoke.py",
+    "test_slurm_runs.py",
+    "test_slurm_jobs.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(LONGEST_FIRST)))
