@@ -1,12 +1,12 @@
 """nccl-tests arithmetic: element counts per size, algorithm and bus bandwidth.
 
 A size is the bytes of the per-rank buffer nccl-tests names for each
-operation: the (send = receive) buffer of all_reduce and broadcast, the
-receive buffer of all_gather, the send buffer of reduce_scatter and
-all_to_all. Operations that split that buffer into one chunk per rank round
-the element count down to a multiple of the world size. algbw = bytes /
-time; busbw = algbw x the operation's factor, which makes it comparable with
-the link bandwidth whatever the world size.
+operation: the (send = receive) buffer of all_reduce, broadcast and
+send_recv, the receive buffer of all_gather, the send buffer of
+reduce_scatter and all_to_all. Operations that split that buffer into one
+chunk per rank round the element count down to a multiple of the world
+size. algbw = bytes / time; busbw = algbw x the operation's factor, which
+makes it comparable with the link bandwidth whatever the world size.
 """
 
 SPLIT_OPERATIONS = ("all_gather", "reduce_scatter", "all_to_all")
@@ -20,6 +20,7 @@ def bus_factor(operation: str, world_size: int) -> float:
         "reduce_scatter": (n - 1) / n,
         "all_to_all": (n - 1) / n,
         "broadcast": 1.0,
+        "send_recv": 1.0,  # nccl-tests' sendrecv: each rank's bytes cross one link once
     }
     return factors[operation]
 

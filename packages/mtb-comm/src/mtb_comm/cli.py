@@ -46,7 +46,8 @@ def _execute(kind: str, spec, measure, build, render):
     "--operations",
     default=",".join(cfg.OPERATIONS),
     show_default=True,
-    help="comma-separated collectives to measure",
+    help="comma-separated collectives to measure; send_recv (a ring of point-to-point "
+    "transfers) only when named",
 )
 @click.option(
     "--sizes",
@@ -69,7 +70,7 @@ def comm_command(operations, sizes, **params):
     spec = _build(
         cfg.CommConfig,
         params,
-        operations=cfg.parse_list("operations", operations, cfg.OPERATIONS),
+        operations=cfg.parse_list("operations", operations, cfg.OPERATIONS + cfg.EXTRA_OPERATIONS),
         sizes_bytes=cfg.parse_sizes(sizes),
     )
     itemsize = comm_bench.torch_dtype(spec.dtype).itemsize

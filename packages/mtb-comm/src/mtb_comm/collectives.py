@@ -5,7 +5,8 @@ dtype offered, so a result is either right or wrong element by element.
 In-place follows nccl-tests: all_gather's input is this rank's chunk of the
 output, reduce_scatter's output is this rank's chunk of the input;
 all_reduce and broadcast exist only in place in torch, all_to_all only out
-of place.
+of place. send_recv is nccl-tests' sendrecv: a ring where each rank sends its
+buffer to rank + 1 and receives rank - 1's into a second buffer (out of place).
 """
 
 import attrs
@@ -16,6 +17,7 @@ PLACEMENTS = {
     "all_gather": ("out_of_place", "in_place"),
     "reduce_scatter": ("out_of_place", "in_place"),
     "all_to_all": ("out_of_place",),
+    "send_recv": ("out_of_place",),
 }
 PERIOD = 7  # pattern values: rank + 1 + (index mod PERIOD)
 
@@ -103,12 +105,36 @@ def _all_to_all(ctx, count, dtype, placement, splits):
     return Call(lambda: dist.all_to_all_single(out, source, receive, send), out, expected)
 
 
+def _send_recv(ctx, count, dtype, placement, splits):
+    """Send to rank + 1 while receiving from rank - 1; both complete before it returns.
+
+    One rank sends to itself, as nccl-tests does: a copy on the device.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, world = ctx.rank, ctx.world_size
+    source = pattern(rank, count, dtype, ctx.device)
+    out = torch.empty(count, dtype=dtype, device=ctx.device)
+    expected = pattern((rank - 1) % world, count, dtype, ctx.device)
+    if world == 1:
+        return Call(lambda: out.copy_(source), out, expected)
+
+    def run():
+        sent = dist.isend(source, (rank + 1) % world)
+        dist.recv(out, (rank - 1) % world)
+        sent.wait()
+
+    return Call(run, out, expected)
+
+
 BUILDERS = {
     "all_reduce": _all_reduce,
     "broadcast": _broadcast,
     "all_gather": _all_gather,
     "reduce_scatter": _reduce_scatter,
     "all_to_all": _all_to_all,
+    "send_recv": _send_recv,
 }
 
 

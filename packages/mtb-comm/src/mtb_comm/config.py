@@ -10,6 +10,8 @@ import attrs
 from mtb.api import ConfigError, LaunchConfig, setting
 
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+#: measured when asked for (nccl-tests keeps sendrecv apart from the collectives too)
+EXTRA_OPERATIONS = ("send_recv",)
 DTYPES = ("float32", "bfloat16", "float16")
 ALL_TO_ALL_MODES = ("equal", "uneven", "both")
 TP_CHECKS = ("check", "mlp", "sequence")
@@ -56,7 +58,7 @@ def _divisible(instance, attribute, value):
 class CommConfig:
     """``mtb comm``: which collectives, sizes and dtype, and how many iterations."""
 
-    operations: list[str] = attrs.field(factory=lambda: list(OPERATIONS))
+    operations: list[str] = attrs.field(factory=lambda: list(OPERATIONS))  # or EXTRA_OPERATIONS
     sizes_bytes: list[int] = attrs.field(factory=lambda: [1024, 1024**2, 16 * 1024**2])
     dtype: str = setting("float32", help="element type", choices=DTYPES)
     warmup: int = setting(5, help="untimed iterations before each measurement", minimum=0)
