@@ -36,6 +36,13 @@ def variant(name: str, **changes) -> dict:
     return document
 
 
+def other_kind(kind: str, **fields) -> dict:
+    """A document of another package's kind, in the shape mtb-comm writes (frame + fields)."""
+    frame = run_document("ddp-w2.json")
+    keep = ("schema_version", "status", "error", "plugins", "provenance")
+    return {"kind": kind, **{k: frame[k] for k in keep}, "config": {}, **fields}
+
+
 def check_golden(name: str, text: str) -> None:
     """Compare with the golden file; ``UPDATE_GOLDEN=1`` rewrites it instead."""
     path = GOLDEN / name

@@ -2,7 +2,16 @@
 
 import json
 
-from report_fixtures import FIXTURES, GOLDEN, RUNS, check_golden, run_document, variant, write
+from report_fixtures import (
+    FIXTURES,
+    GOLDEN,
+    RUNS,
+    check_golden,
+    other_kind,
+    run_document,
+    variant,
+    write,
+)
 
 from mtb_report.loading import load
 
@@ -90,13 +99,6 @@ def test_invalid_train_document_names_the_field(invoke, tmp_path):
 def test_unknown_suffix_is_a_usage_error(invoke, tmp_path):
     done = invoke("report", RUNS, "-o", tmp_path / "report.pdf")
     assert done.exit_code == 2 and "'.pdf'" in done.output
-
-
-def other_kind(kind: str, **fields) -> dict:
-    """A document of another package's kind, in the shape mtb-comm writes (frame + fields)."""
-    frame = run_document("ddp-w2.json")
-    keep = ("schema_version", "status", "error", "plugins", "provenance")
-    return {"kind": kind, **{k: frame[k] for k in keep}, "config": {}, **fields}
 
 
 def measurement(operation: str, size: int, busbw: float) -> dict:

@@ -9,6 +9,7 @@ from pathlib import PurePath
 from mtb_report import grouping
 from mtb_report.kinds import rows_of
 from mtb_report.moe_runs import train_tokens_per_expert
+from mtb_report.plan import ok_measurement, plans, predicted, ranked
 from mtb_report.records import PHASE_KEYS, peak_memory_per_rank, train_record, variant_label
 
 
@@ -184,6 +185,89 @@ def tokens_per_expert(plt, documents):
     return figure
 
 
+def first_plan_layouts(documents: list[dict]) -> tuple[dict, list[dict]]:
+    """The first plan of the section and its layouts with a prediction, in ranked order
+    (a refused layout has none); ({}, []) when the section holds no plan."""
+    found = plans(documents)
+    if not found:
+        return {}, []
+    return found[0], [layout for layout in ranked(found[0]) if predicted(layout)]
+
+
+#: the colour of a layout predicted not to fit in memory
+NO_FIT = "0.6"
+
+
+def fit_bars(axes, layouts: list[dict], heights: list[float]) -> None:
+    """One bar per layout, named below; grey (said on the x axis) where it does not fit."""
+    colours = ["C0" if layout.get("fits") else NO_FIT for layout in layouts]
+    axes.bar(range(len(layouts)), heights, color=colours)
+    label_bars(axes, [str(layout.get("label")) for layout in layouts])
+    if NO_FIT in colours:
+        axes.set_xlabel("grey: predicted not to fit in memory")
+
+
+def plan_throughput(plt, documents):
+    """Predicted tokens/s per layout in ranked order; grey bars do not fit in memory."""
+    _, layouts = first_plan_layouts(documents)
+    if not layouts:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    rates = [predicted(layout).get("tokens_per_s") or 0.0 for layout in layouts]
+    fit_bars(axes, layouts, rates)
+    axes.set(ylabel="tokens/s (predicted)", title="Plan: predicted tokens/s per layout")
+    return figure
+
+
+def plan_memory(plt, documents):
+    """Predicted peak memory per rank of each layout against the memory of one device,
+    so a bar above the line is a layout that would run out of memory."""
+    document, layouts = first_plan_layouts(documents)
+    if not layouts:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    peaks = [(predicted(layout).get("peak_memory_bytes") or 0) / 2**20 for layout in layouts]
+    fit_bars(axes, layouts, peaks)
+    capacity = document.get("memory_capacity_bytes")
+    if capacity:
+        axes.axhline(capacity / 2**20, color="C3", linestyle="--", label="capacity")
+        legend_outside(axes)
+    axes.set(ylabel="peak memory per rank (MiB)", title="Plan: predicted peak memory per rank")
+    return figure
+
+
+def plan_accuracy(plt, documents):
+    """Measured against predicted step time of each layout that ran; points on the
+    diagonal were predicted exactly, above it the layout ran slower than predicted."""
+    _, layouts = first_plan_layouts(documents)
+    points = [
+        (predicted(layout)["step_time_ms"], ok_measurement(layout)["step_time_ms"], layout)
+        for layout in layouts
+        if predicted(layout).get("step_time_ms") and ok_measurement(layout).get("step_time_ms")
+    ]
+    if not points:
+        return None
+    figure, axes = plt.subplots(figsize=(6, 5))
+    axes.scatter([p[0] for p in points], [p[1] for p in points])
+    for guess, measured, layout in points:
+        axes.annotate(
+            str(layout.get("label")),
+            (guess, measured),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize="small",
+        )
+    ends = [min(min(p[:2]) for p in points), max(max(p[:2]) for p in points)]
+    axes.plot(ends, ends, linestyle="--", color="0.5", label="y = x (exact)")
+    axes.set(
+        xlabel="predicted step ms",
+        ylabel="measured step ms",
+        title="Plan verification: predicted vs measured step time",
+    )
+    legend_outside(axes)
+    return figure
+
+
 PLOTS = (
     throughput,
     throughput_scaling,
@@ -193,6 +277,9 @@ PLOTS = (
     bus_bandwidth,
     tokens_per_expert,
     train_tokens_per_expert,
+    plan_throughput,
+    plan_memory,
+    plan_accuracy,
 )
 
 

@@ -6,6 +6,7 @@ from mtb_report.formatting import DASH, cell, mean_std, mfu, number, percent, si
 from mtb_report.kinds import kind_tables
 from mtb_report.model import Report, Section, Table
 from mtb_report.moe_runs import moe_table
+from mtb_report.plan import plan_tables
 from mtb_report.records import (
     checkpoint_record,
     options_text,
@@ -269,11 +270,16 @@ def banners(documents: list[dict]) -> list[str]:
     return warnings
 
 
+#: kinds whose documents have a shape of their own to render; every other kind that is
+#: not train gets the generic summary and rows of :func:`kind_tables`
+KIND_TABLES = {"plan": plan_tables}
+
+
 def section(title: str, documents: list[dict]) -> Section:
     tables = train_tables([d for d in documents if d["kind"] == "train"])
     for document in documents:
         if document["kind"] != "train" and document["status"] == "ok":
-            tables += kind_tables(document)
+            tables += KIND_TABLES.get(document["kind"], kind_tables)(document)
     failures = failures_table(documents)
     if failures:
         tables.append(failures)
