@@ -10,7 +10,9 @@ parallel layout a strategy checks and builds its mesh from), Engine
 (with StepHooks, StepInfo, ModelStateBytes; CountedSyncEngine and SyncCounter to
 report gradient synchronisations), CheckpointBackend, Profiler (with
 ProfileSession), Reporter, MetricLogger (with LoggerRun and MetricSession), hookimpl;
-the MoE router and layer (:mod:`mtb.moe`); token files (:mod:`mtb.token_files`: open and
+the MoE router and layer (:mod:`mtb.moe`); the model's parameter and FLOP counts
+(:func:`parameter_count`, :func:`rank_parameter_count`, :func:`expert_parameter_count`,
+:func:`flops_per_token`); token files (:mod:`mtb.token_files`: open and
 check a nanoGPT or Megatron file, and the digests of what was read).
 Runtime services: result documents (:func:`result_document`,
 :func:`document_provenance`, :func:`default_output`, :func:`write_result`,
@@ -64,7 +66,13 @@ if TYPE_CHECKING:
     from mtb.layout import stage_layers
     from mtb.memory import format_size
     from mtb.metrics import StepMetrics, above_peak, summarize
-    from mtb.model import GPT
+    from mtb.model import (
+        GPT,
+        expert_parameter_count,
+        flops_per_token,
+        parameter_count,
+        rank_parameter_count,
+    )
     from mtb.output_paths import check_file as check_output
     from mtb.plugins import build_plugin_manager, get_plugin_manager
     from mtb.profiling.trace import analyse as analyse_trace
@@ -131,6 +139,10 @@ _LAZY = {
     "token_files": ("mtb.token_files", None),
     "node_provenance": ("mtb.launch", "node_provenance"),
     "GPT": ("mtb.model", "GPT"),
+    "parameter_count": ("mtb.model", "parameter_count"),
+    "rank_parameter_count": ("mtb.model", "rank_parameter_count"),
+    "expert_parameter_count": ("mtb.model", "expert_parameter_count"),
+    "flops_per_token": ("mtb.model", "flops_per_token"),
     "SyntheticTokens": ("mtb.data", "SyntheticTokens"),
     "GlobalBatch": ("mtb.data", "GlobalBatch"),
     "TokenWindows": ("mtb.data", "TokenWindows"),
@@ -208,8 +220,10 @@ __all__ = [
     "distributed",
     "document_provenance",
     "error_class",
+    "expert_parameter_count",
     "failure_document",
     "failure_status",
+    "flops_per_token",
     "format_size",
     "from_document",
     "get_plugin_manager",
@@ -220,10 +234,12 @@ __all__ = [
     "mtb_plugin",
     "node_provenance",
     "option_for",
+    "parameter_count",
     "pipeline_microbatches",
     "plain_console",
     "plugin_list",
     "publish",
+    "rank_parameter_count",
     "refuse_busy_gpus",
     "resolve_config",
     "result_document",

@@ -1,0 +1,193 @@
+"""The device profile: every figure the step model needs, and how each was measured.
+
+A profile is a TOML file. ``mtb plan calibrate`` writes one from measurements on
+the machine at hand; a profile of hardware mtb cannot reach (an H200 node with
+NVLink and InfiniBand) may be written by hand from datasheets or published
+nccl-tests figures, with ``measured = false`` on each figure so that every plan
+made from it says so. The model asks the profile for a figure; a missing one is
+one line naming the calibrate command that measures it.
+"""
+
+import tomllib
+from pathlib import Path
+
+import attrs
+import cattrs
+
+from mtb.api import UsageError
+
+#: nccl-tests' bus factor: busbw = algbw x factor(n); time = latency + bytes x factor / busbw
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+    "broadcast": lambda n: 1.0,
+}
+COLLECTIVES = tuple(BUS_FACTORS)
+SCOPES = ("node", "cluster")  # within one node; across nodes
+#: what ``memory_bytes`` is the capacity of: one device (GPU), or the node, shared by its ranks
+MEMORY_SCOPES = ("device", "node")
+
+
+@attrs.frozen(kw_only=True)
+class Compute:
+    """What one rank achieves when ``ranks_per_node`` ranks share a node (CPU: its cores).
+
+    ``matmul_flops_per_s`` and ``matmul_backward_flops_per_s``: achieved
+    FLOP/s of the workload's GEMMs, forward and backward; ``elementwise_bytes_per_s``:
+    bytes read and written per second by element-wise operators (norms,
+    activations, softmax); ``op_overhead_s``: the fixed cost of one operator
+    call (dispatch, kernel launch); ``optimizer_bytes_per_s``: optimizer-state
+    bytes updated per second, counting 16 bytes per parameter (fp32 parameter,
+    gradient and AdamW's two moments). ``attention_flops_per_s`` and
+    ``attention_backward_flops_per_s``: causal scaled-dot-product attention,
+    counting the causal half of Q·Kᵀ and P·V forward and twice that backward;
+    None where not measured (the model then uses the matmul figures).
+    """
+
+    ranks_per_node: int
+    threads_per_rank: int | None = None
+    matmul_flops_per_s: float
+    matmul_backward_flops_per_s: float
+    elementwise_bytes_per_s: float
+    op_overhead_s: float
+    optimizer_bytes_per_s: float
+    attention_flops_per_s: float | None = None
+    attention_backward_flops_per_s: float | None = None
+    measured: bool = True
+    how: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Curve:
+    """One collective at one group size and scope: latency plus bytes over bus bandwidth."""
+
+    collective: str = attrs.field(validator=attrs.validators.in_(COLLECTIVES))
+    group_size: int
+    scope: str = attrs.field(default="node", validator=attrs.validators.in_(SCOPES))
+    latency_s: float
+    bus_bandwidth_bytes_per_s: float
+    measured: bool = True
+    how: str = ""
+
+    def time_s(self, nbytes: float) -> float:
+        """Seconds for a buffer of ``nbytes`` (nccl-tests' size convention)."""
+        if self.group_size == 1 or nbytes <= 0:
+            return 0.0
+        factor = BUS_FACTORS[self.collective](self.group_size)
+        return self.latency_s + nbytes * factor / self.bus_bandwidth_bytes_per_s
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """A machine's figures (one precision), with where they came from.
+
+    ``memory_bytes`` is one device's memory (``memory_scope`` device, GPUs) or
+    the node's (``node``, CPUs: its ranks share it); ``memory_per_rank`` gives
+    a rank's share either way. ``runtime_bytes`` is what a rank holds before
+    the model: the framework, its allocator and the process group (measured
+    as RSS on CPU, used device memory on GPU).
+    """
+
+    name: str
+    device: str
+    device_name: str = ""
+    precision: str
+    devices_per_node: int
+    memory_bytes: int
+    memory_scope: str = attrs.field(default="device", validator=attrs.validators.in_(MEMORY_SCOPES))
+    runtime_bytes: int = 0
+    measured: bool = True
+    how: str = ""
+    created: str = ""
+    compute: tuple[Compute, ...] = ()
+    comm: tuple[Curve, ...] = ()
+    path: str = attrs.field(default="", eq=False)
+
+    def memory_per_rank(self, ranks_per_node: int) -> int:
+        """Bytes one rank may use: the device's, or its share of the node's."""
+        if self.memory_scope == "node":
+            return self.memory_bytes // ranks_per_node
+        return self.memory_bytes
+
+    def compute_for(self, ranks_per_node: int) -> Compute:
+        """The compute figures at ``ranks_per_node`` ranks per node, or one line naming the fix."""
+        for entry in self.compute:
+            if entry.ranks_per_node == ranks_per_node:
+                return entry
+        raise UsageError(
+            f"profile {self.name!r}: no compute figures at {ranks_per_node} rank(s) per node; "
+            f"measure them with `{self.calibrate_hint(ranks_per_node)}`"
+        )
+
+    def curve(self, collective: str, group_size: int, scope: str) -> Curve:
+        """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""
+        for entry in self.comm:
+            key = (entry.collective, entry.group_size, entry.scope)
+            if key == (collective, group_size, scope):
+                return entry
+        raise UsageError(
+            f"profile {self.name!r}: no {collective} curve for {group_size} ranks "
+            f"({'within a node' if scope == 'node' else 'across nodes'}); measure it with "
+            f"`{self.calibrate_hint(group_size)}`"
+        )
+
+    def calibrate_hint(self, ranks_per_node: int) -> str:
+        return (
+            f"mtb plan calibrate --device {self.device} --precision {self.precision} "
+            f"--nproc-per-node {ranks_per_node} --output {self.path or 'PROFILE.toml'}"
+        )
+
+    def check_precision(self, precision: str) -> None:
+        if precision != self.precision:
+            raise UsageError(
+                f"profile {self.name!r} was measured at {self.precision}, the workload trains in "
+                f"{precision}; measure one with `mtb plan calibrate --precision {precision}`"
+            )
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def load(path: str | Path) -> Profile:
+    """The profile at ``path``, or one line naming the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as error:
+        raise UsageError(f"--profile: cannot read {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"--profile: {path} is not TOML: {error}") from None
+    document = {**data.get("profile", {}), "compute": data.get("compute", [])}
+    document["comm"] = data.get("comm", [])
+    try:
+        profile = _converter.structure(document, Profile)
+    except (cattrs.BaseValidationError, ValueError, TypeError) as error:
+        raise UsageError(f"--profile: {path}: {_first_error(error)}") from None
+    return attrs.evolve(profile, path=str(path))
+
+
+def _first_error(error: Exception) -> str:
+    """cattrs' nested errors flattened to their first readable line."""
+    messages = (
+        cattrs.transform_error(error) if isinstance(error, cattrs.BaseValidationError) else []
+    )
+    return messages[0] if messages else str(error)
+
+
+def to_toml(profile: Profile) -> str:
+    """The profile as TOML: a ``[profile]`` table, then ``[[compute]]`` and ``[[comm]]`` entries."""
+    import tomli_w
+
+    data = _converter.unstructure(profile)
+    data.pop("path")
+    compute = [_without_nulls(entry) for entry in data.pop("compute")]
+    comm = [_without_nulls(entry) for entry in data.pop("comm")]
+    return tomli_w.dumps({"profile": _without_nulls(data), "compute": compute, "comm": comm})
+
+
+def _without_nulls(table: dict) -> dict:
+    """TOML has no null: a figure that does not apply (GPU threads) is left out."""
+    return {key: value for key, value in table.items() if value is not None}

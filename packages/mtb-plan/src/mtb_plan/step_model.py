@@ -1,0 +1,420 @@
+"""The model of one training step: memory per rank and step time, term by term.
+
+Step time on the slowest rank (the last pipeline stage, which also runs the
+head) is the sum of
+
+- compute: each micro-batch's forward and backward (and, with activation
+  checkpointing, the blocks' forward again) from the workload's GEMM FLOPs at
+  the profile's achieved matmul throughput, element-wise bytes at its
+  element-wise bandwidth, and a fixed cost per operator call;
+- the communication the layout cannot hide: each collective's bytes at the
+  profile's curve for its group size and scope (latency + bytes x bus factor /
+  bus bandwidth), less the share ``comm_overlap`` of the compute it can run
+  under (gradient reduction under backward; nothing that the next operator
+  waits for, such as tensor-parallel all-reduces);
+- the pipeline bubble: (pp - 1) micro-batch slots of a stage's forward and
+  backward (GPipe and 1F1B idle alike; 1F1B holds fewer activations);
+- the optimizer step over the optimizer state this rank holds.
+
+Memory per rank is the runtime's own (torch, the process group), the model
+states the strategy's own formula gives (``Strategy.state_bytes_estimate``,
+what ``mtb estimate-memory`` prints), the activations autograd saves for the
+micro-batches in flight, and the buffers of gathered parameters and logits.
+docs/planning.md gives every equation with its source.
+"""
+
+import math
+
+import attrs
+
+from mtb.api import expert_parameter_count, rank_parameter_count
+
+#: operator calls in one block's forward (norms, linears, attention, reshapes, adds,
+#: GELU), counted with a dispatch counter on mtb's model; backward calls about twice as many
+BLOCK_FORWARD_OPS = 24
+HEAD_FORWARD_OPS = 14
+BACKWARD_OP_FACTOR = 2.0
+#: extra operator calls per block a tensor-parallel block makes (DTensor redistributions)
+TP_BLOCK_FORWARD_OPS = 16
+#: one all-reduce per step of the loss, the gradient norm and the finite flag (8 bytes each)
+STEP_SCALARS_BYTES = 24
+
+
+@attrs.frozen(kw_only=True)
+class Prediction:
+    """The predicted step of one layout; times in milliseconds, memory in bytes per rank."""
+
+    step_time_ms: float
+    tokens_per_s: float
+    mfu: float | None
+    peak_memory_bytes: int
+    model_state_bytes: int
+    activation_bytes: int
+    buffer_bytes: int
+    runtime_bytes: int
+    compute_ms: float
+    exposed_comm_ms: float
+    bubble_ms: float
+    optimizer_ms: float
+    dominant: str
+    comm_ms: dict = attrs.field(factory=dict)
+
+    def as_dict(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Shape:
+    """The layout's numbers the model needs, read once from a checked candidate."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    dp_shard: int
+    dp_replicate: int
+    ep: int
+    sp: bool
+    micro_batch: int
+    accumulation: int
+    pipeline_microbatches: int
+    schedule: str | None
+    checkpointing: bool
+    per_node: int
+    nnodes: int
+    sharding: str  # none, grads (zero2), optimizer (zero1), full (fsdp, zero3)
+
+    @classmethod
+    def of(cls, checked, strategy) -> "Shape":
+        layout, candidate, parallel = checked.layout, checked.candidate, checked.config.parallel
+        sequences = candidate.micro_batch_size * candidate.grad_accum_steps
+        pipelined = layout.pp > 1
+        microbatches = (parallel.pp_microbatches or layout.pp) if pipelined else 1
+        return cls(
+            tp=layout.tp,
+            pp=layout.pp,
+            cp=layout.cp,
+            dp=layout.dp,
+            dp_shard=layout.state_shards,
+            dp_replicate=layout.dp_replicate,
+            ep=layout.ep,
+            sp=parallel.sequence_parallel,
+            micro_batch=sequences // microbatches if pipelined else candidate.micro_batch_size,
+            accumulation=microbatches if pipelined else candidate.grad_accum_steps,
+            pipeline_microbatches=microbatches,
+            schedule=parallel.pp_schedule if layout.pp > 1 else None,
+            checkpointing=candidate.activation_checkpointing,
+            per_node=candidate.nproc_per_node,
+            nnodes=candidate.nnodes,
+            sharding=sharding_of(strategy, layout),
+        )
+
+    def scope(self, group: int, inner: int = 1) -> str:
+        """``node`` when a group of ``group`` ranks, ``inner`` apart in rank order, fits a node."""
+        return "node" if group * inner <= self.per_node else "cluster"
+
+
+def sharding_of(strategy, layout) -> str:
+    """What the strategy splits over the data-parallel shard ranks."""
+    states = set(strategy.sharded_states)
+    if layout.state_shards == 1 or not states:
+        return "none"
+    if "parameters" in states:
+        return "full"
+    return "grads" if "gradients" in states else "optimizer"
+
+
+def predict(checked, strategy, workload, profile) -> Prediction:
+    """Step time and memory of one checked layout on the profile's machine."""
+    shape = Shape.of(checked, strategy)
+    compute = profile.compute_for(shape.per_node)
+    parameters = rank_parameter_count(checked.config.model, shape.tp, shape.pp)
+    states = model_states(strategy, checked, parameters)
+    micro_compute = micro_batch_compute_s(workload, shape, compute)
+    comm = communication_s(workload, shape, profile, parameters)
+    exposed = exposed_comm_s(comm, micro_compute * shape.accumulation, compute)
+    compute_s = micro_compute * shape.accumulation
+    bubble_s = micro_compute * (shape.pp - 1)
+    optimizer_s = states["optimizer_state"] * 2 / compute.optimizer_bytes_per_s
+    step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s
+    terms = {"compute_s": compute_s, "exposed": exposed, "bubble_s": bubble_s}
+    terms.update(optimizer_s=optimizer_s, step_s=step_s)
+    return _prediction(workload, shape, profile, states, parameters, terms)
+
+
+def _prediction(
+    workload, shape: Shape, profile, states: dict, parameters: int, terms: dict
+) -> Prediction:
+    activations = activation_bytes(workload, shape)
+    buffers = buffer_bytes(workload, shape, parameters)
+    runtime = getattr(profile, "runtime_bytes", 0)
+    step_s = terms["step_s"]
+    costs = {
+        "compute": terms["compute_s"],
+        "bubble": terms["bubble_s"],
+        "optimizer": terms["optimizer_s"],
+    }
+    costs.update(terms["exposed"])
+    tokens_per_s = workload.tokens_per_step / step_s
+    return Prediction(
+        step_time_ms=step_s * 1e3,
+        tokens_per_s=tokens_per_s,
+        mfu=None,
+        peak_memory_bytes=int(runtime + states["total"] + activations + buffers),
+        model_state_bytes=int(states["total"]),
+        activation_bytes=int(activations),
+        buffer_bytes=int(buffers),
+        runtime_bytes=int(runtime),
+        compute_ms=terms["compute_s"] * 1e3,
+        exposed_comm_ms=sum(terms["exposed"].values()) * 1e3,
+        bubble_ms=terms["bubble_s"] * 1e3,
+        optimizer_ms=terms["optimizer_s"] * 1e3,
+        dominant=max(costs, key=costs.get),
+        comm_ms={name: seconds * 1e3 for name, seconds in terms["exposed"].items()},
+    )
+
+
+def model_states(strategy, checked, parameters: int) -> dict:
+    """Parameters, gradients and optimizer state one rank holds: the strategy's own formula."""
+    layout, model = checked.layout, checked.config.model
+    experts = expert_parameter_count(model) if model.moe_experts else 0
+    return strategy.state_bytes_estimate(
+        parameters, layout.state_shards, checked.config.training, experts, layout.ep
+    )
+
+
+def micro_batch_compute_s(workload, shape: Shape, compute) -> float:
+    """Forward and backward of one micro-batch on the busiest stage (the last: blocks + head)."""
+    blocks = math.ceil(workload.n_layers / shape.pp)
+    block_forward = _block_forward_s(workload, shape, compute)
+    block_backward = _block_backward_s(workload, shape, compute)
+    recompute = block_forward if shape.checkpointing else 0.0
+    head = _head_s(workload, shape, compute)
+    return blocks * (block_forward + block_backward + recompute) + head
+
+
+def _block_forward_s(workload, shape: Shape, compute) -> float:
+    flops = workload.block_matmul_flops(shape.micro_batch, shape.tp, shape.cp)
+    flops += _moe_extra_flops(workload, shape) / max(workload.n_layers, 1)
+    elementwise = workload.block_elementwise_bytes(shape.micro_batch, shape.tp, shape.sp) / shape.cp
+    ops = BLOCK_FORWARD_OPS + (TP_BLOCK_FORWARD_OPS if shape.tp > 1 else 0)
+    return (
+        flops / compute.matmul_flops_per_s
+        + elementwise / compute.elementwise_bytes_per_s
+        + ops * compute.op_overhead_s
+    )
+
+
+def _block_backward_s(workload, shape: Shape, compute) -> float:
+    flops = 2 * workload.block_matmul_flops(shape.micro_batch, shape.tp, shape.cp)
+    flops += 2 * _moe_extra_flops(workload, shape) / max(workload.n_layers, 1)
+    elementwise = (
+        2 * workload.block_elementwise_bytes(shape.micro_batch, shape.tp, shape.sp) / shape.cp
+    )
+    ops = BACKWARD_OP_FACTOR * (BLOCK_FORWARD_OPS + (TP_BLOCK_FORWARD_OPS if shape.tp > 1 else 0))
+    return (
+        flops / compute.matmul_backward_flops_per_s
+        + elementwise / compute.elementwise_bytes_per_s
+        + ops * compute.op_overhead_s
+    )
+
+
+def _moe_extra_flops(workload, shape: Shape) -> float:
+    """FLOPs the MoE layers add over dense MLPs: each token through top-k experts, and routers."""
+    if not workload.moe_layers:
+        return 0.0
+    tokens = shape.micro_batch * workload.seq_len / shape.cp
+    mlp = 2 * tokens * 2 * workload.d_model * workload.hidden
+    extra = (
+        mlp * (workload.moe_top_k - 1 / shape.tp)
+        + 2 * tokens * workload.d_model * workload.moe_experts
+    )
+    return workload.moe_layers * extra
+
+
+def _head_s(workload, shape: Shape, compute) -> float:
+    flops = 3 * workload.head_matmul_flops(shape.micro_batch, shape.tp) / shape.cp
+    elementwise = 3 * workload.head_elementwise_bytes(shape.micro_batch) / shape.cp
+    ops = (1 + BACKWARD_OP_FACTOR) * HEAD_FORWARD_OPS
+    return (
+        flops / compute.matmul_flops_per_s
+        + elementwise / compute.elementwise_bytes_per_s
+        + ops * compute.op_overhead_s
+    )
+
+
+def communication_s(workload, shape: Shape, profile, parameters: int) -> dict:
+    """Seconds per step of each kind of communication, before any overlap.
+
+    Keys name what the time is for: ``gradients`` (data-parallel gradient
+    reduction, hideable under backward) and ``tp``, ``pp``, ``cp``, ``ep``,
+    ``parameters`` (FSDP/ZeRO-3 gathers) and ``step`` (the per-step scalars),
+    which the next operator waits for.
+    """
+    terms = {
+        "gradients": _gradient_s(shape, profile, parameters),
+        "parameters": _parameter_gather_s(shape, profile, parameters),
+        "tp": _tensor_parallel_s(workload, shape, profile),
+        "pp": _pipeline_s(workload, shape, profile),
+        "cp": _context_parallel_s(workload, shape, profile),
+        "ep": _expert_parallel_s(workload, shape, profile),
+        "step": _collective_s(
+            profile,
+            "all_reduce",
+            shape.dp * shape.cp * shape.tp * shape.pp,
+            STEP_SCALARS_BYTES,
+            shape,
+        ),
+    }
+    return {name: seconds for name, seconds in terms.items() if seconds > 0}
+
+
+def _collective_s(
+    profile, collective: str, group: int, nbytes: float, shape: Shape, inner: int = 1
+) -> float:
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    return profile.curve(collective, group, shape.scope(group, inner)).time_s(nbytes)
+
+
+def _gradient_s(shape: Shape, profile, parameters: int) -> float:
+    """Gradient reduction: an all-reduce of every gradient (DDP), a reduce-scatter per
+    micro-batch under full sharding or once under ZeRO-1/2, and HSDP's all-reduce of shards."""
+    gradient_bytes = 4 * parameters
+    inner = shape.tp  # cp ranks join the shard group (Layout.state_shards)
+    if shape.sharding == "none":
+        return _collective_s(
+            profile, "all_reduce", shape.dp * shape.cp, gradient_bytes, shape, shape.tp
+        )
+    syncs = shape.accumulation if shape.sharding == "full" else 1
+    shards = shape.dp_shard
+    scatter = syncs * _collective_s(profile, "reduce_scatter", shards, gradient_bytes, shape, inner)
+    replicas = _collective_s(
+        profile, "all_reduce", shape.dp_replicate, gradient_bytes / shards, shape, inner * shards
+    )
+    return scatter + replicas
+
+
+def _parameter_gather_s(shape: Shape, profile, parameters: int) -> float:
+    """Full sharding gathers the parameters for forward and again for backward, per micro-batch;
+    ZeRO-1/2 gather the updated shards once after the step."""
+    if shape.sharding == "none":
+        return 0.0
+    gather = _collective_s(profile, "all_gather", shape.dp_shard, 4 * parameters, shape, shape.tp)
+    return gather * (2 * shape.accumulation if shape.sharding == "full" else 1)
+
+
+def _tensor_parallel_s(workload, shape: Shape, profile) -> float:
+    """Per block two all-reduces of the hidden states forward and two backward (sp: an
+    all-gather and a reduce-scatter each); the vocabulary-split embedding's all-reduce and
+    the gathered logits."""
+    if shape.tp == 1:
+        return 0.0
+    tokens = shape.micro_batch * workload.seq_len / shape.cp
+    hidden = tokens * workload.d_model * workload.element_bytes
+    blocks = math.ceil(workload.n_layers / shape.pp)
+    if shape.sp:
+        per_block = 2 * (
+            _collective_s(profile, "all_gather", shape.tp, hidden, shape)
+            + _collective_s(profile, "reduce_scatter", shape.tp, hidden, shape)
+        )
+    else:
+        per_block = 4 * _collective_s(profile, "all_reduce", shape.tp, hidden, shape)
+    logits = tokens * workload.vocab_size * 4
+    head = 2 * _collective_s(profile, "all_reduce", shape.tp, hidden, shape)
+    head += 2 * _collective_s(profile, "all_gather", shape.tp, logits, shape)
+    return shape.accumulation * (blocks * per_block + head)
+
+
+def _pipeline_s(workload, shape: Shape, profile) -> float:
+    """Each micro-batch's activations to the next stage and their gradients back."""
+    if shape.pp == 1:
+        return 0.0
+    activations = shape.micro_batch * workload.seq_len / shape.cp * workload.d_model
+    nbytes = activations * workload.element_bytes / (shape.tp if shape.sp else 1)
+    inner = shape.tp * shape.cp * shape.dp
+    return shape.accumulation * 2 * _collective_s(profile, "send_recv", 2, nbytes, shape, inner)
+
+
+def _context_parallel_s(workload, shape: Shape, profile) -> float:
+    """The ring: cp - 1 passes of this rank's K and V chunk per block forward, and of K, V
+    and their gradients backward."""
+    if shape.cp == 1:
+        return 0.0
+    tokens = shape.micro_batch * workload.seq_len / shape.cp
+    kv = 2 * tokens * workload.d_model / shape.tp * workload.element_bytes
+    blocks = math.ceil(workload.n_layers / shape.pp)
+    passes = (shape.cp - 1) * (1 + 2)
+    return (
+        shape.accumulation
+        * blocks
+        * passes
+        * _collective_s(profile, "send_recv", shape.cp, kv, shape, shape.tp)
+    )
+
+
+def _expert_parallel_s(workload, shape: Shape, profile) -> float:
+    """Dispatch and combine all-to-alls of each MoE layer, forward and backward."""
+    if shape.ep == 1 or not workload.moe_layers:
+        return 0.0
+    tokens = shape.micro_batch * workload.seq_len / shape.cp * workload.moe_top_k
+    nbytes = tokens * workload.d_model * workload.element_bytes
+    layers = math.ceil(workload.moe_layers / shape.pp)
+    inner = shape.tp * shape.cp
+    return (
+        shape.accumulation
+        * layers
+        * 4
+        * _collective_s(profile, "all_to_all", shape.ep, nbytes, shape, inner)
+    )
+
+
+def exposed_comm_s(comm: dict, compute_s: float, compute) -> dict:
+    """What each kind of communication adds to the step: gradient reduction may hide
+    ``comm_overlap`` of itself under backward (about 2/3 of compute); the rest is waited for."""
+    overlap = getattr(compute, "comm_overlap", 0.0)
+    exposed = dict(comm)
+    if "gradients" in exposed:
+        hidden = overlap * min(exposed["gradients"], compute_s * 2 / 3)
+        exposed["gradients"] -= hidden
+    return exposed
+
+
+def activation_bytes(workload, shape: Shape) -> float:
+    """What autograd holds at the peak, on the busiest stage (the first under a pipeline).
+
+    Without a pipeline one micro-batch's activations; GPipe keeps every
+    micro-batch's until backward, 1F1B at most pp on the first stage. With
+    activation checkpointing a block keeps only its input, plus one block's
+    activations while it is recomputed.
+    """
+    blocks = math.ceil(workload.n_layers / shape.pp)
+    per_block = workload.block_activation_bytes(shape.micro_batch, shape.tp, shape.sp, shape.cp)
+    if shape.checkpointing:
+        inputs = (
+            shape.micro_batch
+            * workload.seq_len
+            / shape.cp
+            * workload.d_model
+            * workload.element_bytes
+        )
+        stage = blocks * inputs + per_block
+    else:
+        stage = blocks * per_block
+    stage += workload.head_activation_bytes(shape.micro_batch, shape.cp)
+    in_flight = 1
+    if shape.schedule == "gpipe":
+        in_flight = shape.pipeline_microbatches
+    elif shape.schedule:
+        in_flight = min(shape.pp, shape.pipeline_microbatches)
+    return stage * in_flight
+
+
+def buffer_bytes(workload, shape: Shape, parameters: int) -> float:
+    """Transient buffers at the peak: gathered parameters of the largest unit under full
+    sharding, and the gradient of the logits (the largest single activation gradient)."""
+    logits = shape.micro_batch * workload.seq_len / shape.cp * workload.vocab_size * 4
+    gathered = 0.0
+    if shape.sharding == "full":
+        gathered = 4 * parameters / max(workload.n_layers, 1) * 2
+    return logits + gathered

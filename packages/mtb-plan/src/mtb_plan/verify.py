@@ -1,0 +1,218 @@
+"""``mtb plan --verify K``: run the K best layouts and a few spread through the ranking.
+
+The runs go through the matrix runner (``mtb matrix run``, a subprocess: the
+local executor or Slurm), one cell per layout with exactly the options the
+plan lists, so a verified row is what ``mtb run`` does with them. Each row
+gets its measurement and the relative errors (predicted - measured) /
+measured; the document gets the error statistics, the rank correlation of
+predicted and measured step times, and whether the predicted best was the
+measured best (within 5 %).
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import tomli_w
+
+from mtb.api import UsageError, utc_now
+
+#: what the issue that asked for the planner set as good enough, checked in every verification
+TARGETS = {
+    "median_abs_step_time_error": 0.15,
+    "max_abs_step_time_error": 0.35,
+    "max_abs_peak_memory_error": 0.10,
+    "max_abs_model_state_error": 0.01,
+    "spearman": 0.8,
+    "best_gap": 0.05,
+}
+
+
+def choose(rows: list[dict], top: int, spread: int) -> list[dict]:
+    """The ``top`` best fitting rows and ``spread`` more evenly spaced through the rest."""
+    fitting = [row for row in rows if row["fits"]]
+    chosen, rest = fitting[:top], fitting[top:]
+    if rest and spread:
+        step = len(rest) / spread
+        picks = sorted({min(len(rest) - 1, round(step * (index + 0.5))) for index in range(spread)})
+        chosen += [rest[index] for index in picks]
+    return chosen
+
+
+def matrix_spec(document: dict, chosen: list[dict], options: dict) -> dict:
+    """A matrix of exactly the chosen layouts (``[[include]]`` only), in ranking order."""
+    workload = document["config"]["workload"]
+    return {
+        "name": "plan-verify",
+        "description": f"verification of a plan of {workload['preset']}",
+        "command": "run",
+        "timeout_s": options["cell_timeout"],
+        "options": {
+            "preset": workload["preset"],
+            "precision": workload["precision"],
+            "optimizer": workload["optimizer"],
+            "steps": options["steps"],
+            "warmup_steps": options["warmup_steps"],
+            "device": document["config"]["profile"]["device"],
+        },
+        "include": [row["options"] for row in chosen],
+    }
+
+
+def verify(pm, document: dict, options: dict, output: str) -> dict:
+    """The document with the chosen rows measured and the verification summary."""
+    chosen = choose(document["layouts"], options["verify_top"], options["spread"])
+    directory = Path(options["verify_dir"] or f"results/plan-verify-{utc_now().replace(':', '')}")
+    spec_path = directory.with_suffix(".toml")
+    spec_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path.write_text(tomli_w.dumps(matrix_spec(document, chosen, options)))
+    run_matrix(spec_path, directory, options["executor"])
+    for row, cell in zip(chosen, read_cells(directory), strict=True):
+        row["measured"] = measurement(cell, directory)
+        row["error"] = errors(row["predicted"], row["measured"])
+    document["verification"] = summary(chosen, directory)
+    return document
+
+
+def run_matrix(spec_path: Path, directory: Path, executor: str) -> None:
+    """``mtb matrix run`` on the chosen layouts; its progress goes to the terminal."""
+    command = [
+        sys.executable,
+        "-m",
+        "mtb",
+        "matrix",
+        "run",
+        str(spec_path),
+        "--output-dir",
+        str(directory),
+    ]
+    command += ["--executor", executor, "--resume"]
+    finished = subprocess.run(command, env=os.environ.copy(), check=False)
+    if finished.returncode not in (0, 1):  # 1: some cell failed, which its row records
+        raise UsageError(f"--verify: the matrix of the chosen layouts exited {finished.returncode}")
+
+
+def read_cells(directory: Path) -> list[dict]:
+    """The matrix document's rows, in the order of its cells (the chosen layouts')."""
+    import json
+
+    matrix = json.loads((directory / "matrix.json").read_text())
+    return matrix["cells"]
+
+
+def measurement(cell: dict, directory: Path) -> dict:
+    """What the run measured: summary means of step time, tokens/s, peak memory, model state."""
+    import json
+
+    measured = {"status": cell["status"], "error": cell.get("error")}
+    if cell["status"] != "ok":
+        return measured
+    summary = json.loads((directory / cell["result"]).read_text())["summary"]
+    measured.update(
+        step_time_ms=_mean(summary, "step_ms"),
+        tokens_per_s=_mean(summary, "tokens_per_s"),
+        peak_memory_bytes=_peak_memory(summary),
+        model_state_bytes=_mean(summary, "model_state_bytes_per_rank"),
+    )
+    return measured
+
+
+def _mean(summary: dict, key: str) -> float | None:
+    value = summary.get(key)
+    return value.get("mean") if isinstance(value, dict) else value
+
+
+def _peak_memory(summary: dict) -> float | None:
+    """The CUDA allocator's peak on a GPU, the peak resident set on CPU (max over ranks)."""
+    return _mean(summary, "cuda_max_allocated_bytes") or _mean(summary, "peak_rss_bytes")
+
+
+def errors(predicted: dict, measured: dict) -> dict | None:
+    """Relative errors (predicted - measured) / measured of each figure both have."""
+    if measured["status"] != "ok":
+        return None
+    pairs = {
+        "step_time": "step_time_ms",
+        "tokens_per_s": "tokens_per_s",
+        "peak_memory": "peak_memory_bytes",
+        "model_state": "model_state_bytes",
+    }
+    return {
+        name: (predicted[key] - measured[key]) / measured[key] if measured.get(key) else None
+        for name, key in pairs.items()
+    }
+
+
+def summary(chosen: list[dict], directory: Path) -> dict:
+    """Error statistics, rank correlation and the best layout, each beside its target."""
+    done = [row for row in chosen if row.get("error")]
+    if not done:
+        raise UsageError(
+            "--verify: no chosen layout ran; see the cells' logs under " + str(directory)
+        )
+    step = [abs(row["error"]["step_time"]) for row in done]
+    memory = [
+        abs(row["error"]["peak_memory"]) for row in done if row["error"]["peak_memory"] is not None
+    ]
+    states = [
+        abs(row["error"]["model_state"]) for row in done if row["error"]["model_state"] is not None
+    ]
+    predicted_best = min(done, key=lambda row: row["predicted"]["step_time_ms"])
+    measured_best = min(done, key=lambda row: row["measured"]["step_time_ms"])
+    figures = {
+        "median_abs_step_time_error": statistics.median(step),
+        "max_abs_step_time_error": max(step),
+        "median_abs_peak_memory_error": statistics.median(memory) if memory else None,
+        "max_abs_peak_memory_error": max(memory) if memory else None,
+        "max_abs_model_state_error": max(states) if states else None,
+        "spearman": spearman(
+            [row["predicted"]["step_time_ms"] for row in done],
+            [row["measured"]["step_time_ms"] for row in done],
+        ),
+        "best_gap": predicted_best["measured"]["step_time_ms"]
+        / measured_best["measured"]["step_time_ms"]
+        - 1,
+    }
+    return {
+        "verified": len(done),
+        "chosen": len(chosen),
+        **figures,
+        "predicted_best": predicted_best["label"],
+        "measured_best": measured_best["label"],
+        "matrix_dir": str(directory),
+        "targets": TARGETS,
+        "met": {name: _met(name, figures.get(name)) for name in TARGETS},
+    }
+
+
+def _met(name: str, value: float | None) -> bool | None:
+    if value is None:
+        return None
+    return value >= TARGETS[name] if name == "spearman" else value <= TARGETS[name]
+
+
+def spearman(first: list[float], second: list[float]) -> float | None:
+    """Spearman's rank correlation (average ranks for ties); None under 3 pairs."""
+    if len(first) < 3:
+        return None
+    a, b = _ranks(first), _ranks(second)
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    covariance = sum((x - mean_a) * (y - mean_b) for x, y in zip(a, b, strict=True))
+    spread = (sum((x - mean_a) ** 2 for x in a) * sum((y - mean_b) ** 2 for y in b)) ** 0.5
+    return covariance / spread if spread else None
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
