@@ -32,6 +32,7 @@ PACKAGES = {
     "megatron": "packages/mtb-megatron",
     "report": "packages/mtb-report",
     "loggers": "packages/mtb-loggers",
+    "plan": "packages/mtb-plan",
 }
 EXAMPLE = "examples/mtb-example-strategy"
 # each test session's JUnit XML and set-up time, for .ci/durations.py
@@ -302,3 +303,4 @@ def bench(session: nox.Session) -> None:
     )
     session.run("python", "benchmarks/moe.py", "--output", "results/moe.json")
     session.run("python", "benchmarks/data_loading.py", "--output", "results/data-loading.json")
+    session.run("python", "benchmarks/planning.py", "--output", "results/plan-verification.json")

@@ -16,6 +16,8 @@ TREES = (
     "packages/mtb-comm/src",
     "packages/mtb-megatron/src",
     "packages/mtb-report/src",
+    "packages/mtb-loggers/src",
+    "packages/mtb-plan/src",
     "examples/mtb-example-strategy/src",
     "benchmarks",
 )

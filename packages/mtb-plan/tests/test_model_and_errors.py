@@ -1,0 +1,192 @@
+"""The planner's formulas and its error arithmetic, in-process (only core's `single` is here)."""
+
+import math
+
+import pytest
+
+from mtb.api import UsageError, get_plugin_manager, resolve_config
+from mtb_plan import verify
+from mtb_plan.layouts import enumerate_layouts, factorisations
+from mtb_plan.planning import World, check_fits, plan_rows
+from mtb_plan.profile import Compute, Curve, Profile
+from mtb_plan.workload import Workload
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def cpu_profile(**changes) -> Profile:
+    compute = Compute(
+        ranks_per_node=1,
+        matmul_flops_per_s=1e10,
+        matmul_backward_flops_per_s=1e10,
+        elementwise_bytes_per_s=1e9,
+        op_overhead_s=1e-5,
+        optimizer_bytes_per_s=1e9,
+    )
+    curve = Curve(collective="all_reduce", group_size=2, latency_s=1e-4, bus_bandwidth_bytes_per_s=1e9)
+    fields = {"name": "test", "device": "cpu", "precision": "fp32", "devices_per_node": 1}
+    fields.update(memory_bytes=2**33, compute=(compute,), comm=(curve,))
+    return Profile(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "tiny-long"])
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_activations_equal_what_autograd_saves_on_the_model(preset, micro_batch):
+    """The per-block and head terms against SavedActivations over a real forward, fp32."""
+    import torch
+
+    from mtb.api import GPT
+
+    if preset == "small" and micro_batch == 4:
+        pytest.skip("one small shape is enough")
+    from mtb.activations import SavedActivations
+
+    config = resolve_config(flags={"preset": preset})
+    workload = Workload.of(preset, micro_batch, "fp32", "adamw")
+    torch.manual_seed(0)
+    model = GPT(config.model)
+    tokens = torch.randint(0, config.model.vocab_size, (micro_batch, config.model.seq_len))
+    with SavedActivations() as meter:
+        loss = model(tokens, tokens)
+    del loss
+    predicted = workload.n_layers * workload.block_activation_bytes(micro_batch)
+    predicted += workload.head_activation_bytes(micro_batch)
+    assert predicted == pytest.approx(meter.peak_bytes, rel=2e-3)
+
+
+def test_gemm_flops_match_the_models_flops_per_token():
+    """Three times the forward FLOPs (forward + backward) equal PaLM's count (mtb's MFU) less
+    the masked half of causal attention, which PaLM's formula does not discount."""
+    from mtb.api import flops_per_token
+
+    workload = Workload.of("small", 1, "fp32", "adamw")
+    model = resolve_config(flags={"preset": "small"}).model
+    forward = workload.n_layers * workload.block_matmul_flops(1) + workload.head_matmul_flops(1)
+    per_token = 3 * forward / workload.seq_len
+    causal_half = 6 * workload.n_layers * workload.d_model * workload.seq_len
+    assert per_token == pytest.approx(flops_per_token(model) - causal_half, rel=1e-9)
+
+
+def test_every_factorisation_multiplies_to_the_number():
+    found = list(factorisations(12, 3))
+    assert all(math.prod(parts) == 12 for parts in found)
+    assert len(found) == len(set(found)) == 18
+
+
+def test_single_on_one_rank_is_predicted_with_its_model_state():
+    workload = Workload.of("tiny", 4, "fp32", "adamw")
+    rows = plan_rows(get_plugin_manager(), workload, World(nodes=1, per_node=1), cpu_profile())
+    single = [row for row in rows if row["strategy"] == "single" and row["fits"]]
+    assert {row["options"]["micro_batch_size"] for row in single} == {1, 2, 4}
+    from mtb.api import parameter_count
+
+    parameters = parameter_count(resolve_config(flags={"preset": "tiny"}).model)
+    assert {row["predicted"]["model_state_bytes"] for row in single} == {16 * parameters}
+    ranks = [row["rank"] for row in rows if row["fits"]]
+    assert ranks == list(range(1, len(ranks) + 1))
+
+
+def test_no_layout_on_more_ranks_than_single_takes_is_one_line():
+    workload = Workload.of("tiny", 4, "fp32", "adamw")
+    world = World(nodes=1, per_node=2)
+    pm = get_plugin_manager()
+    pm_single = [entry.name for entry in pm.registry("strategy")]
+    if pm_single != ["single"]:
+        pytest.skip("other strategies are installed here; tests/test_plan.py covers them")
+    rows = plan_rows(pm, workload, world, cpu_profile())
+    with pytest.raises(UsageError, match="no layout runs preset 'tiny' on 2 ranks"):
+        check_fits(rows, world, 2**30, workload)
+
+
+def test_a_capacity_below_every_layout_is_one_line_with_the_smallest_peak():
+    workload = Workload.of("tiny", 4, "fp32", "adamw")
+    world = World(nodes=1, per_node=1)
+    rows = plan_rows(get_plugin_manager(), workload, world, cpu_profile(memory_bytes=1000))
+    assert not any(row["fits"] for row in rows)
+    with pytest.raises(UsageError, match="smallest predicted peak is .* bytes per rank"):
+        check_fits(rows, world, 1000, workload)
+
+
+def test_missing_compute_figures_name_the_calibrate_command():
+    workload = Workload.of("tiny", 4, "fp32", "adamw")
+    profile = cpu_profile(path="lab.toml")
+    with pytest.raises(UsageError) as refused:
+        plan_rows(get_plugin_manager(), workload, World(nodes=1, per_node=4), profile)
+    message = str(refused.value)
+    assert "no compute figures at 4 rank(s) per node" in message
+    assert "mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 4 --output lab.toml" in message
+
+
+def test_a_profile_of_another_precision_is_refused():
+    workload = Workload.of("tiny", 4, "bf16", "adamw")
+    with pytest.raises(UsageError, match="measured at fp32, the workload trains in bf16"):
+        plan_rows(get_plugin_manager(), workload, World(nodes=1, per_node=1), cpu_profile())
+
+
+def test_a_curve_time_is_latency_plus_bus_bytes():
+    curve = Curve(collective="all_reduce", group_size=4, latency_s=1e-5, bus_bandwidth_bytes_per_s=1e9)
+    assert curve.time_s(1e9) == pytest.approx(1e-5 + 2 * 3 / 4)
+    assert curve.time_s(0) == 0.0
+
+
+def test_relative_errors_are_predicted_minus_measured_over_measured():
+    predicted = {"step_time_ms": 110.0, "tokens_per_s": 90.0, "peak_memory_bytes": 95, "model_state_bytes": 100}
+    measured = {"status": "ok", "step_time_ms": 100.0, "tokens_per_s": 100.0}
+    measured.update(peak_memory_bytes=100, model_state_bytes=100)
+    assert verify.errors(predicted, measured) == pytest.approx(
+        {"step_time": 0.10, "tokens_per_s": -0.10, "peak_memory": -0.05, "model_state": 0.0}
+    )
+    assert verify.errors(predicted, {"status": "oom"}) is None
+
+
+def test_spearman_matches_the_textbook_values():
+    assert verify.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert verify.spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    # ties take average ranks: ranks (1, 2.5, 2.5, 4) against (1, 2, 3, 4)
+    assert verify.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    assert verify.spearman([1, 2], [2, 1]) is None
+
+
+def _row(label, step_ms, measured_ms, fits=True):
+    return {
+        "label": label,
+        "fits": fits,
+        "predicted": {"step_time_ms": step_ms},
+        "measured": {"step_time_ms": measured_ms},
+        "error": {"step_time": step_ms / measured_ms - 1, "peak_memory": 0.02, "model_state": 0.0},
+    }
+
+
+def test_the_summary_finds_the_best_layouts_and_checks_each_target():
+    rows = [_row("a", 100, 120), _row("b", 110, 100), _row("c", 200, 210), _row("d", 300, 290)]
+    summary = verify.summary(rows, directory="m")
+    assert summary["predicted_best"] == "a" and summary["measured_best"] == "b"
+    assert summary["best_gap"] == pytest.approx(0.2)
+    assert summary["max_abs_step_time_error"] == pytest.approx(1 / 6)
+    assert summary["spearman"] == pytest.approx(0.8)
+    assert summary["met"]["best_gap"] is False and summary["met"]["spearman"] is True
+    assert summary["met"]["max_abs_step_time_error"] is True
+
+
+def test_choose_takes_the_top_and_spreads_the_rest():
+    rows = [{"fits": True, "label": str(index)} for index in range(12)] + [{"fits": False, "label": "x"}]
+    chosen = [row["label"] for row in verify.choose(rows, 3, 3)]
+    assert chosen[:3] == ["0", "1", "2"]
+    assert len(chosen) == 6 and "x" not in chosen and len(set(chosen)) == 6
+
+
+def test_the_planner_never_imports_a_sibling_package():
+    from pathlib import Path
+
+    import mtb_plan
+
+    for path in Path(mtb_plan.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        assert "mtb_comm" not in text and "mtb_strategies" not in text, path
+
+
+def test_enumeration_keeps_the_runtime_reason_for_each_refusal():
+    workload = Workload.of("tiny", 4, "fp32", "adamw")
+    rows = enumerate_layouts(get_plugin_manager(), workload, 1, 2, "cpu")
+    refusals = {row.refused for row in rows if row.refused}
+    assert any("strategy 'single' runs on at most 1 process(es)" in reason for reason in refusals)

@@ -1,0 +1,175 @@
+"""`mtb plan` with the real strategies: the enumeration against the runtime, the model
+states against `mtb estimate-memory`, and a calibrated plan verified by running it."""
+
+import json
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+from mtb.api import UsageError, get_plugin_manager, resolve_config
+from mtb_plan.layouts import enumerate_layouts
+from mtb_plan.planning import World, plan_rows
+from mtb_plan.profile import Compute, Curve, Profile
+from mtb_plan.workload import Workload
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def runtime_refusal(pm, flags: dict, tmp_path) -> str | None:
+    """What `mtb run` says before it launches these flags: None when it would launch."""
+    from mtb import launcher
+    from mtb.errors import ConfigError
+
+    try:
+        config = resolve_config(flags={**flags, "output": str(tmp_path / "r.json")})
+        launcher.preflight(launcher.prepare(config, pm), pm)
+    except (ConfigError, UsageError) as refused:
+        return str(refused)
+    return None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("preset", "ranks"), [("tiny", 2), ("tiny", 4), ("tiny-moe", 4)])
+def test_every_layout_is_kept_or_refused_as_mtb_run_would(preset, ranks, tmp_path):
+    pm = get_plugin_manager()
+    workload = Workload.of(preset, 8, "fp32", "adamw")
+    checked = enumerate_layouts(pm, workload, 1, ranks, "cpu")
+    kept = [row for row in checked if row.refused is None]
+    assert {row.candidate.strategy for row in kept} >= {"ddp", "fsdp", "nd"}
+    assert any(row.layout.pp > 1 for row in kept) and any(row.layout.tp > 1 for row in kept)
+    if workload.moe_experts:
+        assert any(row.layout.ep > 1 for row in kept)
+    for row in checked:
+        if row.refused and "unavailable" in row.refused:
+            continue  # a strategy whose optional dependency is missing here
+        said = runtime_refusal(pm, row.candidate.flags(workload), tmp_path)
+        assert said == row.refused, row.candidate.label
+
+
+def test_predicted_model_states_equal_estimate_memory(tmp_path):
+    from click.testing import CliRunner
+
+    from mtb.cli import make_cli
+
+    pm = get_plugin_manager()
+    workload = Workload.of("small", 8, "fp32", "adamw")
+    rows = plan_rows(pm, workload, World(nodes=1, per_node=4), profile_for(4))
+    seen = 0
+    for row in rows:
+        options = row["options"]
+        mesh = {dim: options.get(dim, 1) for dim in ("tp", "pp")}
+        if not row["predicted"] or options.get("cp", 1) > 1 or options.get("dp_replicate", 1) > 1:
+            continue
+        if options.get("pp_microbatches", 1) > 2:  # estimate-memory checks micro-batches of 2
+            continue
+        if row["strategy"] == "nd" and options.get("dp_shard", 1) * mesh["tp"] * mesh["pp"] != 4:
+            continue
+        args = ["estimate-memory", "--preset", "small", "--world-size", "4", "--json"]
+        args += ["--strategy", row["strategy"], "--tp", str(mesh["tp"]), "--pp", str(mesh["pp"])]
+        result = CliRunner().invoke(make_cli(pm), args, catch_exceptions=False)
+        assert result.exit_code == 0, (args, result.output)
+        (estimate,) = json.loads(result.stdout)
+        assert row["predicted"]["model_state_bytes"] == estimate["total"], row["label"]
+        seen += 1
+    assert seen >= 10
+
+
+def profile_for(per_node: int) -> Profile:
+    """A profile with every figure a CPU layout of ``per_node`` ranks asks for."""
+    compute = Compute(
+        ranks_per_node=per_node,
+        matmul_flops_per_s=1e10,
+        matmul_backward_flops_per_s=1e10,
+        elementwise_bytes_per_s=1e9,
+        op_overhead_s=1e-5,
+        optimizer_bytes_per_s=1e9,
+    )
+    curves = tuple(
+        Curve(collective=name, group_size=size, latency_s=1e-4, bus_bandwidth_bytes_per_s=1e9)
+        for name in COLLECTIVES
+        for size in (2, 4)
+        if size <= per_node
+    )
+    fields = {"name": "test", "device": "cpu", "precision": "fp32", "devices_per_node": per_node}
+    return Profile(**fields, memory_bytes=2**36, compute=(compute,), comm=curves)
+
+
+def mtb(*args, timeout: int) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "mtb", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.slow(reason="calibrates 1 and 2 ranks, then runs three layouts of the plan")
+@pytest.mark.timeout(600)
+def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
+    profile = tmp_path / "cpu.toml"
+    calibrated = mtb(
+        "plan", "calibrate", "--preset", "tiny", "--micro-batch", "1,2",
+        "--nproc-per-node", "1,2", "--device", "cpu", "--output", profile, timeout=400,
+    )  # fmt: skip
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    output = tmp_path / "plan.json"
+    planned = mtb(
+        "plan", "--profile", profile, "--preset", "tiny", "--global-batch", "4",
+        "--devices-per-node", "2", "--verify", "2", "--spread", "1", "--steps", "4",
+        "--warmup-steps", "1", "--verify-dir", tmp_path / "verify", "--output", output,
+        timeout=400,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    document = json.loads(output.read_text())
+    verified = [row for row in document["layouts"] if row.get("measured")]
+    assert len(verified) == 3 and all(row["measured"]["status"] == "ok" for row in verified)
+    for row in verified:
+        assert abs(row["error"]["model_state"]) <= 0.01, row["label"]
+        assert row["error"]["step_time"] == pytest.approx(
+            row["predicted"]["step_time_ms"] / row["measured"]["step_time_ms"] - 1
+        )
+    summary = document["verification"]
+    assert summary["verified"] == 3 and summary["predicted_best"] == verified[0]["label"]
+    assert "rank" in planned.stdout and "plan written to" in planned.stdout
+    report = mtb("report", output, "--format", "markdown", "--output", tmp_path / "r.md", timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert verified[0]["label"] in (tmp_path / "r.md").read_text()
+
+
+def test_bad_world_and_profile_input_is_one_line(tmp_path):
+    profile = tmp_path / "p.toml"
+    from mtb_plan.profile import to_toml
+
+    profile.write_text(to_toml(profile_for(2)))
+    refused = mtb("plan", "--profile", profile, "--preset", "tiny", "--devices-per-node", "4", timeout=120)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert "no compute figures at 4 rank(s) per node" in refused.stderr
+    assert f"--nproc-per-node 4 --output {profile}" in refused.stderr
+    bf16 = mtb("plan", "--profile", profile, "--preset", "tiny", "--precision", "bf16", timeout=120)
+    assert bf16.returncode == 2 and "measured at fp32" in bf16.stderr
+    missing = mtb("plan", "--preset", "tiny", timeout=120)
+    assert missing.returncode == 2 and "--profile: required" in missing.stderr
+    (tmp_path / "bad.toml").write_text("[profile]\nname = 'x'\ncolour = 1\n")
+    bad = mtb("plan", "--profile", tmp_path / "bad.toml", timeout=120)
+    assert bad.returncode == 2 and "bad.toml" in bad.stderr
+
+
+def test_an_unavailable_strategy_is_refused_with_its_install_hint():
+    pm = get_plugin_manager()
+    workload = Workload.of("tiny", 8, "fp32", "adamw")
+    rows = enumerate_layouts(pm, workload, 1, 2, "cpu")
+    for entry in pm.registry("strategy"):
+        if entry.unavailable_reason:
+            refused = {row.refused for row in rows if row.candidate.strategy == entry.name}
+            assert refused == {f"strategy {entry.name!r} unavailable: {entry.unavailable_reason}"}
+
+
+def test_candidate_flags_round_trip_to_mtb_run_options():
+    """The matrix cell options are the flags the candidate was checked with."""
+    pm = get_plugin_manager()
+    workload = Workload.of("tiny", 8, "fp32", "adamw")
+    for row in enumerate_layouts(pm, workload, 1, 4, "cpu")[::7]:
+        options = row.candidate.options()
+        flags = row.candidate.flags(workload)
+        assert options["strategy"] == flags["strategy"]
+        assert {k: options[k] for k in flags["parallel"]} == flags["parallel"]
+        assert attrs.evolve(row.candidate).label == row.candidate.label
