@@ -174,7 +174,18 @@ def _first_error(error: Exception) -> str:
     messages = (
         cattrs.transform_error(error) if isinstance(error, cattrs.BaseValidationError) else []
     )
-    return messages[0] if messages else str(error)
+    if not messages:
+        return str(error)
+    if messages[0].startswith("invalid value"):  # a validator's refusal: say what it refused
+        return f"{messages[0]}: {_leaf(error)}"
+    return messages[0]
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first exception inside cattrs' nested groups (a validator's own message)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
 
 
 def to_toml(profile: Profile) -> str:

@@ -1,0 +1,242 @@
+"""Measure a device profile on the machine at hand.
+
+For each ranks-per-node count N the operators are timed on N ranks at once
+(the ranks of ``mtb run --nproc-per-node N``, with the threads it gives
+them), because ranks that share a node slow each other down; the collective
+curves come from ``mtb comm`` run at N ranks and fitted (curves.py), or from
+``mtb comm`` documents of other runs (a multi-node one gives the ``cluster``
+scope). Memory capacity is the device's on a GPU; on a CPU it is the node's
+(its ranks share it: ``Profile.memory_per_rank`` divides it).
+"""
+
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from mtb.api import LaunchConfig, UsageError, run_function, utc_now
+from mtb_plan import curves, operators
+from mtb_plan.profile import Compute, Profile
+from mtb_plan.workload import Workload
+
+GEMM_NAMES = "qkv, attention_out, mlp_up, mlp_down, head"
+
+
+def parameter_count(preset: str) -> int:
+    """Parameters of the preset's model, built on the meta device (no memory)."""
+    import torch
+
+    from mtb.api import GPT, resolve_config
+
+    with torch.device("meta"):
+        model = GPT(resolve_config(flags={"preset": preset}).model)
+    return sum(p.numel() for p in model.parameters())
+
+
+def compute_spec(workload: Workload, micro_batches, launch, threads, repeats=5):
+    """The shapes each rank times: every micro-batch's GEMMs, activations and attention."""
+    heads, head_dim = workload.n_heads, workload.d_model // workload.n_heads
+    return operators.ComputeSpec(
+        launch=launch,
+        gemms=tuple(g for b in micro_batches for g in workload.gemm_shapes(b, 1)),
+        activations=tuple(
+            (b * workload.seq_len, workload.d_model, workload.hidden) for b in micro_batches
+        ),
+        attention=tuple(
+            (b, heads, workload.seq_len, head_dim, workload.attention_flops(b))
+            for b in micro_batches
+        ),
+        parameters=parameter_count(workload.preset),
+        precision=workload.precision,
+        threads=threads,
+        repeats=repeats,
+    )
+
+
+def threads_per_rank(device: str, nproc: int) -> int | None:
+    """What ``mtb run`` gives each rank: OMP_NUM_THREADS if set, else cores / ranks (CPU)."""
+    if device == "cuda":
+        return None
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else max(1, os.cpu_count() // nproc)
+
+
+def compute_how(spec, workload, micro_batches, nproc: int) -> str:
+    threads = f", {spec.threads} thread(s) each" if spec.threads else ""
+    count = min(spec.parameters, operators.OPTIMIZER_MAX_PARAMS)
+    return (
+        f"{nproc} rank(s) timing at once{threads}, {operators.DTYPES[workload.precision]}, the "
+        f"slowest rank's figures; each time the median of {spec.repeats} samples (a sample "
+        f"repeats the call for at least {operators.MIN_SAMPLE_S * 1e3:.0f} ms). matmul: "
+        f"F.linear forward, dY·W and dYᵀ·X backward at the {workload.preset} GEMM shapes "
+        f"({GEMM_NAMES}) for micro-batches {','.join(map(str, micro_batches))}, FLOP-weighted; "
+        "attention: causal scaled_dot_product_attention forward and backward (2x the forward "
+        "FLOPs); element-wise: layer_norm and add on the hidden states, gelu on the MLP width "
+        "(bytes read + written); overhead: a one-element add; optimizer: AdamW.step on "
+        f"{count} fp32 parameters, {operators.OPTIMIZER_BYTES_PER_PARAM} B per parameter; "
+        "runtime: each rank's memory after importing torch and joining the process group"
+    )
+
+
+def measure_compute(workload, micro_batches, nproc, device, timeout_s) -> tuple[Compute, int]:
+    """The compute figures of ``nproc`` ranks per node and the runtime bytes of a rank."""
+    threads = threads_per_rank(device, nproc)
+    launch = LaunchConfig(nproc_per_node=nproc, device=device, timeout_s=timeout_s)
+    spec = compute_spec(workload, micro_batches, launch, threads)
+    before = os.environ.get("OMP_NUM_THREADS")
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        figures = run_function(launch, operators.rank_main, spec)
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+    held = int(figures.pop("runtime_bytes"))
+    how = compute_how(spec, workload, micro_batches, nproc)
+    return Compute(ranks_per_node=nproc, threads_per_rank=threads, **figures, how=how), held
+
+
+def memory_capacity(device: str) -> tuple[int, str, str]:
+    """(bytes, scope, how): the GPU's memory, or the node's (MemTotal or a cgroup limit)."""
+    if device == "cuda":
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory
+        return total, "device", "torch.cuda.get_device_properties(0).total_memory"
+    total = _meminfo_total()
+    limit = _cgroup_limit()
+    if limit and limit < total:
+        return limit, "node", "the cgroup memory limit (below MemTotal), shared by the node's ranks"
+    return total, "node", "MemTotal of /proc/meminfo, shared by the node's ranks"
+
+
+def _meminfo_total() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _cgroup_limit() -> int | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def comm_curves(ranks_per_node, precision, device, sizes, timeout_s, comm_prefix, progress):
+    """Curves of every group size N >= 2 of one node, from ``mtb comm`` runs."""
+    found = []
+    for nproc in (n for n in ranks_per_node if n >= 2):
+        progress(f"mtb comm at {nproc} ranks per node (sizes {sizes})")
+        output = f"{comm_prefix}-comm-{nproc}.json"
+        document = curves.run_comm(nproc, sizes, precision, device, timeout_s, output)
+        found += curves.curves_of(document, f"--nproc-per-node {nproc} ({Path(output).name})")
+    return found
+
+
+def documents_curves(paths, precision: str) -> list:
+    """Curves from existing ``mtb comm`` documents (a multi-node run gives scope cluster)."""
+    found = []
+    for path in paths:
+        document = curves.read_document(path)
+        dtype = document.get("config", {}).get("dtype")
+        if dtype != curves.COMM_DTYPES[precision]:
+            raise UsageError(
+                f"--from-comm: {path} was measured in {dtype}, the profile is {precision} "
+                f"(run mtb comm with --dtype {curves.COMM_DTYPES[precision]})"
+            )
+        found += curves.curves_of(document, Path(path).name)
+    return found
+
+
+def merged(*groups) -> tuple:
+    """Curves keyed by (collective, group size, scope); a later group replaces an earlier."""
+    table = {}
+    for group in groups:
+        for curve in group:
+            table[(curve.collective, curve.group_size, curve.scope)] = curve
+    return tuple(table[key] for key in sorted(table, key=lambda k: (k[2] != "node", k[1], k[0])))
+
+
+def calibrate(
+    preset: str = "small",
+    micro_batches: Sequence[int] = (1, 2, 4),
+    precision: str = "fp32",
+    ranks_per_node: Sequence[int] = (1, 2),
+    device: str = "auto",
+    from_comm: Sequence[str | Path] = (),
+    comm_sizes: str = "4K,64K,1M,8M",
+    timeout_s: float = 600.0,
+    comm_prefix: str | Path = "plan-profile",
+    progress: Callable[[str], None] = lambda line: None,
+) -> Profile:
+    """Measure every figure the step model needs for ``preset`` on this machine.
+
+    ``comm_prefix``: the ``mtb comm`` documents are kept as PREFIX-comm-N.json,
+    evidence beside the profile.
+    """
+    from mtb.api import distributed
+
+    device = distributed.resolve_device_type(device)
+    workload = Workload.of(preset, max(micro_batches), precision, "adamw")
+    computes, held = [], []
+    for nproc in ranks_per_node:
+        progress(f"operators at {nproc} rank(s) per node ({preset}, {precision}, {device})")
+        started = time.perf_counter()
+        entry, runtime = measure_compute(workload, micro_batches, nproc, device, timeout_s)
+        computes.append(entry)
+        held.append(runtime)
+        progress(f"operators at {nproc} rank(s) per node: {time.perf_counter() - started:.1f} s")
+    measured = comm_curves(
+        ranks_per_node, precision, device, comm_sizes, timeout_s, comm_prefix, progress
+    )
+    memory, scope, memory_how = memory_capacity(device)
+    return Profile(
+        name=f"{socket.gethostname()}-{device}",
+        device=device,
+        device_name=device_name(device),
+        precision=precision,
+        devices_per_node=_devices_per_node(device, ranks_per_node),
+        memory_bytes=memory,
+        memory_scope=scope,
+        runtime_bytes=max(held),
+        how=f"mtb plan calibrate --preset {preset}; memory: {memory_how}; runtime_bytes: the "
+        "most any rank held after importing torch and joining the process group",
+        created=utc_now(),
+        compute=tuple(computes),
+        comm=merged(measured, documents_curves(from_comm, precision)),
+    )
+
+
+def _devices_per_node(device: str, ranks_per_node) -> int:
+    """GPUs on the node; on a CPU the most ranks per node measured (the ranks are its devices)."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    return max(ranks_per_node)

@@ -1,0 +1,198 @@
+"""``mtb plan calibrate``: measure a device profile and write it as TOML.
+
+Every option is checked before anything is launched; bad input is one line
+naming the option (exit 2). torch is imported only when the command runs.
+"""
+
+from pathlib import Path
+
+import click
+
+from mtb.api import UsageError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def positive_list(option: str, text: str) -> list[int]:
+    """``1,2,4`` into distinct positive integers in the given order, or one line."""
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part.isdigit() or int(part) < 1:
+            raise UsageError(f"{option}: {part!r} is not a positive integer (give e.g. 1,2,4)")
+        values.append(int(part))
+    return list(dict.fromkeys(values))
+
+
+def check_preset(preset: str) -> None:
+    from mtb.api import ConfigError, resolve_config
+
+    try:
+        resolve_config(flags={"preset": preset})
+    except ConfigError as error:
+        raise UsageError(f"--{error}") from None
+
+
+def check_sizes(text: str) -> None:
+    """Sizes as mtb comm reads them (bytes with an optional K, M or G), before it is run."""
+    for part in (p.strip().upper().removesuffix("B") for p in text.split(",")):
+        digits = part[:-1] if part[-1:] in ("K", "M", "G") else part
+        if not digits.isdigit() or int(digits) < 1:
+            raise UsageError(f"--comm-sizes: {part!r} is not a size (give e.g. 4K,64K,1M,8M)")
+
+
+def check_device(device: str, ranks: list[int]) -> str:
+    """The device to measure on; CUDA needs a GPU per rank."""
+    from mtb.api import distributed
+
+    resolved = distributed.resolve_device_type(device)
+    if resolved == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        if max(ranks) > count:
+            raise UsageError(
+                f"--nproc-per-node: {max(ranks)} ranks need as many GPUs, this node has {count}"
+            )
+    return resolved
+
+
+def summary(profile):
+    """Two rich tables: the compute figures per ranks-per-node, the fitted curves."""
+    from rich.table import Table
+
+    compute = Table(title=f"profile {profile.name} ({profile.device_name}, {profile.precision})")
+    for column in ("ranks/node", "threads", "matmul fwd", "matmul bwd", "attn fwd", "elementwise"):
+        compute.add_column(column, justify="right")
+    for column in ("op overhead", "optimizer"):
+        compute.add_column(column, justify="right")
+    for c in profile.compute:
+        compute.add_row(
+            str(c.ranks_per_node),
+            str(c.threads_per_rank or "-"),
+            *(
+                f"{v / 1e9:.1f} GFLOP/s"
+                for v in (c.matmul_flops_per_s, c.matmul_backward_flops_per_s)
+            ),
+            f"{(c.attention_flops_per_s or 0) / 1e9:.1f} GFLOP/s",
+            f"{c.elementwise_bytes_per_s / 1e9:.2f} GB/s",
+            f"{c.op_overhead_s * 1e6:.1f} us",
+            f"{c.optimizer_bytes_per_s / 1e9:.2f} GB/s",
+        )
+    comm = Table(title="collective curves: time = latency + bytes x factor / busbw")
+    for column in ("collective", "ranks", "scope", "latency", "busbw"):
+        comm.add_column(column, justify="right")
+    for curve in profile.comm:
+        comm.add_row(
+            curve.collective,
+            str(curve.group_size),
+            curve.scope,
+            f"{curve.latency_s * 1e6:.1f} us",
+            f"{curve.bus_bandwidth_bytes_per_s / 1e9:.3f} GB/s",
+        )
+    return compute, comm
+
+
+@click.command("calibrate")
+@click.option(
+    "--preset", default="small", show_default=True, help="workload whose shapes are timed"
+)
+@click.option(
+    "--micro-batch",
+    "micro_batch",
+    default="1,2,4",
+    show_default=True,
+    help="comma-separated micro-batch sizes whose GEMM and activation shapes are timed",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default="fp32",
+    show_default=True,
+    help="numerics of the timed operators and collectives",
+)
+@click.option(
+    "--nproc-per-node",
+    "nproc",
+    default="1,2",
+    show_default=True,
+    help="comma-separated ranks per node: operators timed on that many ranks at once, "
+    "collectives (from 2) measured with mtb comm over that many",
+)
+@click.option(
+    "--device",
+    type=click.Choice(("auto", "cpu", "cuda")),
+    default="auto",
+    show_default=True,
+    help="device type (auto: cuda if present)",
+)
+@click.option(
+    "--from-comm",
+    multiple=True,
+    metavar="FILE",
+    help="also fit the curves of an mtb comm result (a multi-node one gives scope cluster); "
+    "repeatable",
+)
+@click.option(
+    "--comm-sizes",
+    default="4K,64K,1M,8M",
+    show_default=True,
+    help="buffer sizes mtb comm measures (K, M, G: powers of 1024)",
+)
+@click.option(
+    "--output",
+    default="plan-profile.toml",
+    show_default=True,
+    help="profile TOML path; mtb comm's results are kept beside it as <stem>-comm-N.json",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="wall-clock limit of each launch, in seconds",
+)
+def calibrate_command(
+    preset, micro_batch, precision, nproc, device, from_comm, comm_sizes, output, timeout_s
+):
+    """Measure this machine's device profile for the workload: operators and collectives.
+
+    Times the workload's GEMMs (forward and backward), attention, element-wise
+    operators, operator overhead and the AdamW step on N ranks at once for
+    each --nproc-per-node N, fits latency and bus bandwidth of all_reduce,
+    all_gather, reduce_scatter, all_to_all and send_recv from mtb comm runs,
+    records memory capacity and each figure's method, and writes the profile.
+    """
+    import time
+
+    from mtb.api import check_output, plain_console, stdout, write_atomic
+    from mtb_plan import curves
+    from mtb_plan.calibrate import calibrate
+    from mtb_plan.profile import to_toml
+
+    micro_batches = positive_list("--micro-batch", micro_batch)
+    ranks = positive_list("--nproc-per-node", nproc)
+    check_preset(preset)
+    check_sizes(comm_sizes)
+    check_output("--output", output)
+    for path in from_comm:
+        curves.read_document(path)
+    device = check_device(device, ranks)
+    progress = plain_console(stderr=True)
+    started = time.perf_counter()
+    profile = calibrate(
+        preset=preset,
+        micro_batches=micro_batches,
+        precision=precision,
+        ranks_per_node=ranks,
+        device=device,
+        from_comm=from_comm,
+        comm_sizes=comm_sizes,
+        timeout_s=timeout_s,
+        comm_prefix=str(Path(output).with_suffix("")),
+        progress=lambda line: progress.print(f"mtb plan calibrate: {line}"),
+    )
+    write_atomic(output, to_toml(profile))
+    for table in summary(profile):
+        stdout.print(table)
+    stdout.print(f"wrote {output} in {time.perf_counter() - started:.0f} s")

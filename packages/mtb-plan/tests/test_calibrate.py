@@ -1,0 +1,150 @@
+"""Calibration: the curve fit, the comm-document reader, the command's bad input, a real run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from mtb_plan import curves
+from mtb_plan.calibrate_cli import calibrate_command
+from mtb_plan.profile import BUS_FACTORS, load
+
+from mtb.api import UsageError
+
+TIMEOUT = 110
+
+
+def test_the_fit_recovers_latency_and_bandwidth_from_exact_points():
+    latency, busbw = 25e-6, 40e9
+    sizes = [4096, 65536, 2**20, 8 * 2**20]
+    factor = BUS_FACTORS["all_reduce"](4)
+    points = [(b * factor, latency + b * factor / busbw) for b in sizes]
+    fitted_latency, slope = curves.fit(points)
+    assert fitted_latency == pytest.approx(latency, rel=1e-9)
+    assert 1 / slope == pytest.approx(busbw, rel=1e-9)
+
+
+def test_the_fit_never_gives_a_negative_latency_or_bandwidth():
+    assert curves.fit([(1000, 1e-3), (2000, 3e-3), (4000, 4e-3)])[0] >= 0
+    latency, slope = curves.fit([(1000, 2e-4), (64000, 1.9e-4)])  # flat: not bandwidth-bound
+    assert latency > 0 and slope == pytest.approx(1.9e-4 / 64000)
+
+
+def comm_document(rows, world=2, nnodes=1):
+    return {
+        "kind": "comm",
+        "status": "ok",
+        "config": {"dtype": "float32", "iters": 5, "warmup": 1, "launch": {"nnodes": nnodes}},
+        "environment": {"world_size": world, "hostnames": ["a"] * world},
+        "measurements": [
+            {"operation": op, "mode": None, "status": "ok", "bytes": b, "time_p50_us": t}
+            for op, b, t in rows
+        ],
+    }
+
+
+def test_curves_of_a_document_fit_each_operation_with_its_bus_factor():
+    # all_gather on 4 ranks: factor 3/4; 10 us + bytes x 0.75 / 1 GB/s
+    rows = [("all_gather", b, 10 + b * 0.75 / 1e9 * 1e6) for b in (4096, 2**20)]
+    (curve,) = curves.curves_of(comm_document(rows, world=4), "x.json")
+    assert (curve.collective, curve.group_size, curve.scope) == ("all_gather", 4, "node")
+    assert curve.latency_s == pytest.approx(10e-6)
+    assert curve.bus_bandwidth_bytes_per_s == pytest.approx(1e9)
+    assert "x.json" in curve.how and curve.measured
+    (cluster,) = curves.curves_of(comm_document(rows, world=4, nnodes=2), "y.json")
+    assert cluster.scope == "cluster"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", "is not JSON"),
+        ('{"kind": "train", "status": "ok"}', "is not an `mtb comm` result"),
+        ('{"kind": "comm", "status": "failed"}', "has status 'failed'"),
+    ],
+)
+def test_a_bad_comm_document_is_one_line_naming_it(tmp_path, content, message):
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(UsageError, match=f"^--from-comm: {path}.*{message}"):
+        curves.read_document(path)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--micro-batch", "1,x"], "--micro-batch: 'x' is not a positive integer"),
+        (["--nproc-per-node", "0"], "--nproc-per-node: '0' is not a positive integer"),
+        (["--preset", "huge"], "--preset: 'huge' is not one of: tiny, small"),
+        (["--comm-sizes", "4Q"], "--comm-sizes: '4Q' is not a size"),
+        (["--from-comm", "/nonexistent/c.json"], "--from-comm: cannot read /nonexistent/c.json"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_runs(tmp_path, args, message):
+    result = CliRunner().invoke(calibrate_command, [*args, "--output", str(tmp_path / "p.toml")])
+    assert isinstance(result.exception, UsageError), result.output
+    assert str(result.exception).startswith(message)
+    assert "\n" not in str(result.exception) and not (tmp_path / "p.toml").exists()
+
+
+def run(args, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.slow
+def test_curves_of_a_real_mtb_comm_run(tmp_path):
+    out = tmp_path / "comm.json"
+    args = ["-m", "mtb", "comm", "--operations", ",".join(curves.OPERATIONS)]
+    args += ["--all-to-all-mode", "equal", "--sizes", "4K,64K", "--warmup", "1", "--iters", "3"]
+    args += ["--nproc-per-node", "2", "--device", "cpu", "--timeout", "100", "--output", str(out)]
+    done = run(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = curves.curves_of(curves.read_document(out), out.name)
+    assert sorted(c.collective for c in found) == sorted(curves.OPERATIONS)
+    for curve in found:
+        assert curve.group_size == 2 and curve.scope == "node"
+        assert curve.latency_s >= 0 and curve.bus_bandwidth_bytes_per_s > 0
+
+
+CALIBRATE = """
+import sys
+from mtb.api import MtbError
+from mtb_plan.calibrate_cli import calibrate_command
+try:
+    calibrate_command(sys.argv[1:], standalone_mode=False)
+except MtbError as error:
+    sys.exit(f"{error}")
+"""
+
+
+@pytest.mark.slow(reason="operators timed at 1 then 2 ranks and one mtb comm run: ~40 s")
+def test_a_real_calibration_of_tiny_writes_a_loadable_profile(tmp_path):
+    args = ["--preset", "tiny", "--micro-batch", "1", "--nproc-per-node", "1,2"]
+    args += ["--device", "cpu", "--comm-sizes", "4K,64K", "--timeout", "100"]
+    done = run(["-c", CALIBRATE, *args, "--output", "p.toml"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "operators at 2 rank(s) per node" in done.stderr
+    profile = load(tmp_path / "p.toml")
+    assert (profile.device, profile.precision, profile.memory_scope) == ("cpu", "fp32", "node")
+    assert profile.memory_bytes > 2**28 and profile.runtime_bytes > 2**24
+    assert [(c.ranks_per_node, c.threads_per_rank) for c in profile.compute] == [(1, 1), (2, 1)]
+    for entry in profile.compute:
+        figures = [getattr(entry, f) for f in ("matmul_flops_per_s", "elementwise_bytes_per_s")]
+        figures += [entry.matmul_backward_flops_per_s, entry.op_overhead_s]
+        figures += [entry.optimizer_bytes_per_s, entry.attention_flops_per_s]
+        assert all(f > 0 for f in figures) and entry.measured and entry.how
+    assert {c.collective for c in profile.comm} == set(curves.OPERATIONS)
+    for curve in profile.comm:
+        assert curve.bus_bandwidth_bytes_per_s > 0 and curve.latency_s >= 0 and curve.measured
+    document = json.loads((tmp_path / "p-comm-2.json").read_text())  # the evidence is kept
+    assert document["kind"] == "comm"
