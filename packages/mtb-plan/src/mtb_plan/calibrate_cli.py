@@ -11,6 +11,7 @@ import click
 from mtb.api import UsageError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+WIDTH = 120  # the tables' natural width, kept when stdout is not a terminal
 
 
 def positive_list(option: str, text: str) -> list[int]:
@@ -193,6 +194,7 @@ def calibrate_command(
         progress=lambda line: progress.print(f"mtb plan calibrate: {line}"),
     )
     write_atomic(output, to_toml(profile))
+    console = stdout if stdout.is_terminal else plain_console(width=WIDTH)
     for table in summary(profile):
-        stdout.print(table)
-    stdout.print(f"wrote {output} in {time.perf_counter() - started:.0f} s")
+        console.print(table)
+    console.print(f"wrote {output} in {time.perf_counter() - started:.0f} s")
