@@ -129,7 +129,9 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     summary = document["verification"]
     assert summary["verified"] == 3 and summary["predicted_best"] == verified[0]["label"]
     assert "rank" in planned.stdout and "plan written to" in planned.stdout
-    report = mtb("report", output, "--format", "markdown", "--output", tmp_path / "r.md", timeout=120)
+    report = mtb(
+        "report", output, "--format", "markdown", "--output", tmp_path / "r.md", timeout=120
+    )
     assert report.returncode == 0, report.stderr
     assert verified[0]["label"] in (tmp_path / "r.md").read_text()
 
@@ -139,7 +141,9 @@ def test_bad_world_and_profile_input_is_one_line(tmp_path):
     from mtb_plan.profile import to_toml
 
     profile.write_text(to_toml(profile_for(2)))
-    refused = mtb("plan", "--profile", profile, "--preset", "tiny", "--devices-per-node", "4", timeout=120)
+    refused = mtb(
+        "plan", "--profile", profile, "--preset", "tiny", "--devices-per-node", "4", timeout=120
+    )
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0, refused.stderr
     assert "no compute figures at 4 rank(s) per node" in refused.stderr

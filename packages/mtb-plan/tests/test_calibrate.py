@@ -7,11 +7,11 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+
+from mtb.api import UsageError
 from mtb_plan import curves
 from mtb_plan.calibrate_cli import calibrate_command
 from mtb_plan.profile import BUS_FACTORS, load
-
-from mtb.api import UsageError
 
 TIMEOUT = 110
 

@@ -23,7 +23,9 @@ def cpu_profile(**changes) -> Profile:
         op_overhead_s=1e-5,
         optimizer_bytes_per_s=1e9,
     )
-    curve = Curve(collective="all_reduce", group_size=2, latency_s=1e-4, bus_bandwidth_bytes_per_s=1e9)
+    curve = Curve(
+        collective="all_reduce", group_size=2, latency_s=1e-4, bus_bandwidth_bytes_per_s=1e9
+    )
     fields = {"name": "test", "device": "cpu", "precision": "fp32", "devices_per_node": 1}
     fields.update(memory_bytes=2**33, compute=(compute,), comm=(curve,))
     return Profile(**{**fields, **changes})
@@ -103,7 +105,7 @@ def test_a_capacity_below_every_layout_is_one_line_with_the_smallest_peak():
     world = World(nodes=1, per_node=1)
     rows = plan_rows(get_plugin_manager(), workload, world, cpu_profile(memory_bytes=1000))
     assert not any(row["fits"] for row in rows)
-    with pytest.raises(UsageError, match="smallest predicted peak is .* bytes per rank"):
+    with pytest.raises(UsageError, match=r"smallest predicted peak is .* bytes per rank"):
         check_fits(rows, world, 1000, workload)
 
 
@@ -114,7 +116,10 @@ def test_missing_compute_figures_name_the_calibrate_command():
         plan_rows(get_plugin_manager(), workload, World(nodes=1, per_node=4), profile)
     message = str(refused.value)
     assert "no compute figures at 4 rank(s) per node" in message
-    assert "mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 4 --output lab.toml" in message
+    assert (
+        "mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 4 --output lab.toml"
+        in message
+    )
 
 
 def test_a_profile_of_another_precision_is_refused():
@@ -124,13 +129,20 @@ def test_a_profile_of_another_precision_is_refused():
 
 
 def test_a_curve_time_is_latency_plus_bus_bytes():
-    curve = Curve(collective="all_reduce", group_size=4, latency_s=1e-5, bus_bandwidth_bytes_per_s=1e9)
+    curve = Curve(
+        collective="all_reduce", group_size=4, latency_s=1e-5, bus_bandwidth_bytes_per_s=1e9
+    )
     assert curve.time_s(1e9) == pytest.approx(1e-5 + 2 * 3 / 4)
     assert curve.time_s(0) == 0.0
 
 
 def test_relative_errors_are_predicted_minus_measured_over_measured():
-    predicted = {"step_time_ms": 110.0, "tokens_per_s": 90.0, "peak_memory_bytes": 95, "model_state_bytes": 100}
+    predicted = {
+        "step_time_ms": 110.0,
+        "tokens_per_s": 90.0,
+        "peak_memory_bytes": 95,
+        "model_state_bytes": 100,
+    }
     measured = {"status": "ok", "step_time_ms": 100.0, "tokens_per_s": 100.0}
     measured.update(peak_memory_bytes=100, model_state_bytes=100)
     assert verify.errors(predicted, measured) == pytest.approx(
@@ -169,7 +181,9 @@ def test_the_summary_finds_the_best_layouts_and_checks_each_target():
 
 
 def test_choose_takes_the_top_and_spreads_the_rest():
-    rows = [{"fits": True, "label": str(index)} for index in range(12)] + [{"fits": False, "label": "x"}]
+    rows = [{"fits": True, "label": str(index)} for index in range(12)] + [
+        {"fits": False, "label": "x"}
+    ]
     chosen = [row["label"] for row in verify.choose(rows, 3, 3)]
     assert chosen[:3] == ["0", "1", "2"]
     assert len(chosen) == 6 and "x" not in chosen and len(set(chosen)) == 6

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import attrs
 import pytest
-from mtb_plan import profile as prof
 
 from mtb.api import UsageError
+from mtb_plan import profile as prof
 
 H200 = Path(prof.__file__).parent / "profiles" / "h200-nvlink-ib.toml"
 

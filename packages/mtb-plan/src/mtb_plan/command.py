@@ -2,7 +2,7 @@
 
 import click
 
-from mtb.api import UsageError, default_output, format_size, get_plugin_manager, write_result
+from mtb.api import default_output, format_size, get_plugin_manager, write_result
 from mtb_plan import profile as profiles
 from mtb_plan.planning import World, capacity_per_rank, check_fits, plan_document, plan_rows
 from mtb_plan.workload import Workload
@@ -43,9 +43,10 @@ def print_table(document: dict, top: int) -> None:
     from mtb.api import stdout
 
     config = document["config"]
+    workload = config["workload"]
     measured = "measured" if config["profile"]["measured"] else "written by hand, not measured"
     table = Table(
-        title=f"plan: {config['workload']['preset']}, global batch {config['workload']['global_batch']}, "
+        title=f"plan: {workload['preset']}, global batch {workload['global_batch']}, "
         f"{config['world']['world_size']} ranks ({config['world']['nodes']} node(s)); "
         f"predicted from profile {config['profile']['name']!r} ({measured})"
     )
@@ -98,7 +99,3 @@ def _print_left_out(document: dict) -> None:
         f"{unfitting} predicted not to fit; {refused} refused by the runtime (reasons in the JSON)"
     )
 
-
-def require(condition: bool, field: str, message: str) -> None:
-    if not condition:
-        raise UsageError(f"{field}: {message}")

@@ -31,8 +31,7 @@ class World:
 
 def capacity_per_rank(profile, world: World) -> int:
     """A device's memory; on CPU the node's memory, shared by the ranks on it."""
-    share = world.per_node if profile.device == "cpu" else 1
-    return profile.memory_bytes // share
+    return profile.memory_per_rank(world.per_node)
 
 
 def plan_rows(pm, workload: Workload, world: World, profile) -> list[dict]:

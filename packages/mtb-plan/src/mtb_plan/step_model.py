@@ -186,35 +186,37 @@ def model_states(strategy, checked, parameters: int) -> dict:
 def micro_batch_compute_s(workload, shape: Shape, compute) -> float:
     """Forward and backward of one micro-batch on the busiest stage (the last: blocks + head)."""
     blocks = math.ceil(workload.n_layers / shape.pp)
-    block_forward = _block_forward_s(workload, shape, compute)
-    block_backward = _block_backward_s(workload, shape, compute)
+    block_forward = _block_s(workload, shape, compute)
+    block_backward = _block_s(workload, shape, compute, backward=True)
     recompute = block_forward if shape.checkpointing else 0.0
     head = _head_s(workload, shape, compute)
     return blocks * (block_forward + block_backward + recompute) + head
 
 
-def _block_forward_s(workload, shape: Shape, compute) -> float:
-    flops = workload.block_matmul_flops(shape.micro_batch, shape.tp, shape.cp)
-    flops += _moe_extra_flops(workload, shape) / max(workload.n_layers, 1)
-    elementwise = workload.block_elementwise_bytes(shape.micro_batch, shape.tp, shape.sp) / shape.cp
-    ops = BLOCK_FORWARD_OPS + (TP_BLOCK_FORWARD_OPS if shape.tp > 1 else 0)
-    return (
-        flops / compute.matmul_flops_per_s
-        + elementwise / compute.elementwise_bytes_per_s
-        + ops * compute.op_overhead_s
-    )
+def _block_s(workload, shape: Shape, compute, backward: bool = False) -> float:
+    """One block's forward, or backward (twice the FLOPs, bytes and operator calls).
 
-
-def _block_backward_s(workload, shape: Shape, compute) -> float:
-    flops = 2 * workload.block_matmul_flops(shape.micro_batch, shape.tp, shape.cp)
-    flops += 2 * _moe_extra_flops(workload, shape) / max(workload.n_layers, 1)
-    elementwise = (
-        2 * workload.block_elementwise_bytes(shape.micro_batch, shape.tp, shape.sp) / shape.cp
-    )
-    ops = BACKWARD_OP_FACTOR * (BLOCK_FORWARD_OPS + (TP_BLOCK_FORWARD_OPS if shape.tp > 1 else 0))
+    GEMMs at the matmul rate, causal attention at the attention rate where the
+    profile has one, element-wise bytes at the element-wise rate, plus the
+    fixed cost of each operator call.
+    """
+    b, tp, cp = shape.micro_batch, shape.tp, shape.cp
+    attention = workload.attention_flops(b, tp) / cp
+    linear = workload.block_matmul_flops(b, tp, cp) - attention
+    linear += _moe_extra_flops(workload, shape) / max(workload.n_layers, 1)
+    elementwise = workload.block_elementwise_bytes(b, tp, shape.sp) / cp
+    ops = BLOCK_FORWARD_OPS + (TP_BLOCK_FORWARD_OPS if tp > 1 else 0)
+    if backward:
+        matmul_rate = compute.matmul_backward_flops_per_s
+        attention_rate = compute.attention_backward_flops_per_s or matmul_rate
+        factor, ops = 2, ops * BACKWARD_OP_FACTOR
+    else:
+        matmul_rate = compute.matmul_flops_per_s
+        attention_rate = compute.attention_flops_per_s or matmul_rate
+        factor = 1
     return (
-        flops / compute.matmul_backward_flops_per_s
-        + elementwise / compute.elementwise_bytes_per_s
+        factor * (linear / matmul_rate + attention / attention_rate)
+        + factor * elementwise / compute.elementwise_bytes_per_s
         + ops * compute.op_overhead_s
     )
 
