@@ -181,9 +181,8 @@ def test_the_summary_finds_the_best_layouts_and_checks_each_target():
 
 
 def test_choose_takes_the_top_and_spreads_the_rest():
-    rows = [{"fits": True, "label": str(index)} for index in range(12)] + [
-        {"fits": False, "label": "x"}
-    ]
+    rows = [{"fits": True, "label": str(index), "rank": index + 1} for index in range(12)]
+    rows.append({"fits": False, "label": "x", "rank": None})
     chosen = [row["label"] for row in verify.choose(rows, 3, 3)]
     assert chosen[:3] == ["0", "1", "2"]
     assert len(chosen) == 6 and "x" not in chosen and len(set(chosen)) == 6
@@ -204,3 +203,11 @@ def test_enumeration_keeps_the_runtime_reason_for_each_refusal():
     rows = enumerate_layouts(get_plugin_manager(), workload, 1, 2, "cpu")
     refusals = {row.refused for row in rows if row.refused}
     assert any("strategy 'single' runs on at most 1 process(es)" in reason for reason in refusals)
+
+
+def test_named_layouts_are_verified_too_and_an_unknown_name_is_one_line():
+    rows = [{"fits": True, "label": str(index), "rank": index + 1} for index in range(12)]
+    chosen = [row["label"] for row in verify.choose(rows, 2, 0, ("9", "4"))]
+    assert chosen == ["0", "1", "4", "9"]
+    with pytest.raises(UsageError, match="--verify-layout: no layout that fits is labelled 'z'"):
+        verify.choose(rows, 2, 0, ("z",))

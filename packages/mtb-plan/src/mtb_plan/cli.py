@@ -51,6 +51,12 @@ OPTIMIZERS = ("adamw", "sgd")
     help="with --verify: layouts spread through the rest of the ranking",
 )
 @click.option(
+    "--verify-layout",
+    multiple=True,
+    metavar="LABEL",
+    help="with --verify: run this layout too (a label of the table; repeatable)",
+)
+@click.option(
     "--steps",
     type=click.IntRange(min=2),
     default=8,

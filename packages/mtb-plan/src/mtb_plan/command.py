@@ -25,7 +25,7 @@ def run_plan(pm, profile_path: str, options: dict) -> dict:
     check_fits(rows, world, capacity_per_rank(profile, world), workload)
     document = plan_document(pm, workload, world, profile, rows)
     output = options["output"] or default_output("plan", workload.preset)
-    if options["verify_top"]:
+    if options["verify_top"] or options["verify_layout"]:
         from mtb_plan.verify import verify
 
         write_result(pm, document, output)
@@ -98,4 +98,3 @@ def _print_left_out(document: dict) -> None:
         f"{fitting} layout(s) fit in {format_size(document['memory_capacity_bytes'])} per rank; "
         f"{unfitting} predicted not to fit; {refused} refused by the runtime (reasons in the JSON)"
     )
-

@@ -30,15 +30,24 @@ TARGETS = {
 }
 
 
-def choose(rows: list[dict], top: int, spread: int) -> list[dict]:
-    """The ``top`` best fitting rows and ``spread`` more evenly spaced through the rest."""
+def choose(rows: list[dict], top: int, spread: int, labels: tuple[str, ...] = ()) -> list[dict]:
+    """The ``top`` best fitting rows, ``spread`` more evenly spaced through the rest, and the
+    rows named by ``labels``, in ranking order."""
     fitting = [row for row in rows if row["fits"]]
-    chosen, rest = fitting[:top], fitting[top:]
+    known = {row["label"] for row in fitting}
+    for label in labels:
+        if label not in known:
+            raise UsageError(
+                f"--verify-layout: no layout that fits is labelled {label!r}; "
+                "the labels are the plan table's layout column"
+            )
+    chosen, rest = fitting[: top or 0], fitting[top or 0 :]
     if rest and spread:
         step = len(rest) / spread
-        picks = sorted({min(len(rest) - 1, round(step * (index + 0.5))) for index in range(spread)})
-        chosen += [rest[index] for index in picks]
-    return chosen
+        picks = {min(len(rest) - 1, round(step * (index + 0.5))) for index in range(spread)}
+        chosen += [rest[index] for index in sorted(picks)]
+    chosen += [row for row in rest if row["label"] in labels and row not in chosen]
+    return sorted(chosen, key=lambda row: row["rank"])
 
 
 def matrix_spec(document: dict, chosen: list[dict], options: dict) -> dict:
@@ -63,7 +72,9 @@ def matrix_spec(document: dict, chosen: list[dict], options: dict) -> dict:
 
 def verify(pm, document: dict, options: dict, output: str) -> dict:
     """The document with the chosen rows measured and the verification summary."""
-    chosen = choose(document["layouts"], options["verify_top"], options["spread"])
+    chosen = choose(
+        document["layouts"], options["verify_top"], options["spread"], options["verify_layout"]
+    )
     directory = Path(options["verify_dir"] or f"results/plan-verify-{utc_now().replace(':', '')}")
     spec_path = directory.with_suffix(".toml")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
