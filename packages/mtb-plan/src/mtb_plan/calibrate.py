@@ -75,12 +75,12 @@ def compute_how(spec, workload, micro_batches, nproc: int) -> str:
         "FLOPs); element-wise: layer_norm and add on the hidden states, gelu on the MLP width "
         "(bytes read + written); overhead: a one-element add; optimizer: AdamW.step on "
         f"{count} fp32 parameters, {operators.OPTIMIZER_BYTES_PER_PARAM} B per parameter; "
-        "runtime: each rank's memory after importing torch and joining the process group"
+        "solo speed-up: rank 0's GEMMs again while the other ranks wait"
     )
 
 
-def measure_compute(workload, micro_batches, nproc, device, timeout_s) -> tuple[Compute, int]:
-    """The compute figures of ``nproc`` ranks per node and the runtime bytes of a rank."""
+def measure_compute(workload, micro_batches, nproc, device, timeout_s) -> Compute:
+    """The compute figures of ``nproc`` ranks per node."""
     threads = threads_per_rank(device, nproc)
     launch = LaunchConfig(nproc_per_node=nproc, device=device, timeout_s=timeout_s)
     spec = compute_spec(workload, micro_batches, launch, threads)
@@ -94,9 +94,8 @@ def measure_compute(workload, micro_batches, nproc, device, timeout_s) -> tuple[
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = before
-    held = int(figures.pop("runtime_bytes"))
     how = compute_how(spec, workload, micro_batches, nproc)
-    return Compute(ranks_per_node=nproc, threads_per_rank=threads, **figures, how=how), held
+    return Compute(ranks_per_node=nproc, threads_per_rank=threads, **figures, how=how)
 
 
 def memory_capacity(device: str) -> tuple[int, str, str]:
@@ -204,18 +203,18 @@ def calibrate(
 
     device = distributed.resolve_device_type(device)
     workload = Workload.of(preset, max(micro_batches), precision, "adamw")
-    computes, held = [], []
+    computes = []
     for nproc in ranks_per_node:
         progress(f"operators at {nproc} rank(s) per node ({preset}, {precision}, {device})")
         started = time.perf_counter()
-        entry, runtime = measure_compute(workload, micro_batches, nproc, device, timeout_s)
-        computes.append(entry)
-        held.append(runtime)
+        computes.append(measure_compute(workload, micro_batches, nproc, device, timeout_s))
         progress(f"operators at {nproc} rank(s) per node: {time.perf_counter() - started:.1f} s")
     measured = comm_curves(
         ranks_per_node, precision, device, comm_sizes, timeout_s, comm_prefix, progress
     )
     memory, scope, memory_how = memory_capacity(device)
+    progress("runtime memory: mtb run --preset tiny")
+    runtime = runtime_bytes(device, memory, timeout_s)
     return Profile(
         name=f"{socket.gethostname()}-{device}",
         device=device,
@@ -224,13 +223,46 @@ def calibrate(
         devices_per_node=_devices_per_node(device, ranks_per_node),
         memory_bytes=memory,
         memory_scope=scope,
-        runtime_bytes=max(held),
-        how=f"mtb plan calibrate --preset {preset}; memory: {memory_how}; runtime_bytes: the "
-        "most any rank held after importing torch and joining the process group",
+        runtime_bytes=runtime,
+        how=f"mtb plan calibrate --preset {preset}; memory: {memory_how}; runtime_bytes: "
+        f"{RUNTIME_HOW}",
         created=utc_now(),
         compute=tuple(computes),
         comm=merged(measured, documents_curves(from_comm, precision)),
     )
+
+
+RUNTIME_HOW = (
+    "the peak memory of `mtb run --strategy single --preset tiny` (a model of 30 thousand "
+    "parameters): the interpreter, torch, mtb and its process group, measured as a "
+    "verification measures a run (peak resident set on CPU, with the run's memory cap, which "
+    "maps large tensors on their own; the CUDA allocator's peak on a GPU)"
+)
+
+
+def runtime_bytes(device: str, capacity: int, timeout_s: float) -> int:
+    """What a training process holds besides its model: a tiny model's run, measured."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from mtb_plan.verify import peak_memory
+
+    with tempfile.TemporaryDirectory(prefix="mtb-plan-runtime-") as folder:
+        output = Path(folder) / "tiny.json"
+        command = [sys.executable, "-m", "mtb", "run", "--strategy", "single", "--preset", "tiny"]
+        command += ["--steps", "3", "--warmup-steps", "1", "--peak-tflops", "1"]
+        command += ["--device", device, "--output", str(output)]
+        if device == "cpu":
+            command += ["--memory-limit-per-rank", str(capacity)]
+        finished = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        if finished.returncode != 0:
+            last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UsageError(f"calibrate: the runtime's tiny run failed: {last}")
+        return int(peak_memory(json.loads(output.read_text())["summary"]))
 
 
 def _devices_per_node(device: str, ranks_per_node) -> int:

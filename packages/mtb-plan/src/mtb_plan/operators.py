@@ -151,29 +151,6 @@ def optimizer(spec: ComputeSpec, device) -> dict:
     return {"optimizer_bytes_per_s": count * OPTIMIZER_BYTES_PER_PARAM / seconds}
 
 
-def resident_bytes() -> int:
-    """This process's resident memory now (Linux /proc; else the peak, from getrusage)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            import os
-
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def runtime_bytes(device) -> int:
-    """Memory a rank holds before any model: RSS on CPU; on CUDA the device's used memory."""
-    if device.type == "cuda":
-        import torch
-
-        free, total = torch.cuda.mem_get_info(device)
-        return total - free
-    return resident_bytes()
-
-
 def measure(spec: ComputeSpec, device) -> dict:
     """Every figure on this rank, the figure name -> value."""
     import torch
@@ -191,12 +168,12 @@ def measure(spec: ComputeSpec, device) -> dict:
 
 def slowest(per_rank: list[dict]) -> dict:
     """The slowest rank's figure of each kind: least throughput, most overhead and memory."""
-    worst = {"op_overhead_s": max, "runtime_bytes": max}
+    worst = {"op_overhead_s": max}
     return {key: worst.get(key, min)(r[key] for r in per_rank) for key in per_rank[0]}
 
 
 def rank_main(spec: ComputeSpec) -> dict | None:
-    """The launched worker: join the group, note its memory, measure with the others."""
+    """The launched worker: join the group, measure with the others, then rank 0 alone."""
     import torch
 
     from mtb.api import distributed
@@ -204,9 +181,31 @@ def rank_main(spec: ComputeSpec) -> dict | None:
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
     context = distributed.setup(spec)
-    held = runtime_bytes(context.device)
     distributed.barrier(context)
-    figures = {**measure(spec, context.device), "runtime_bytes": held}
+    figures = measure(spec, context.device)
     gathered = distributed.gather(context, figures)
+    alone = solo_speedup(spec, context, figures)
     distributed.teardown(context)
-    return slowest(gathered) if context.is_main else None
+    return {**slowest(gathered), "solo_speedup": alone} if context.is_main else None
+
+
+def solo_speedup(spec: ComputeSpec, context, together: dict) -> float:
+    """How much faster rank 0's GEMMs run while the node's other ranks wait (1 for one rank).
+
+    Ranks that share cores slow each other down; a pipeline's fill and drain
+    leave some of them idle, and the step model credits the busy ones with
+    this speed-up.
+    """
+    import torch
+
+    from mtb.api import distributed
+
+    if context.world_size == 1:
+        return 1.0
+    alone = 0.0
+    if context.is_main:
+        dtype = getattr(torch, DTYPES[spec.precision])
+        with torch.no_grad():
+            alone = matmul(spec, context.device, dtype)["matmul_flops_per_s"]
+    distributed.barrier(context)
+    return max(1.0, alone / together["matmul_flops_per_s"]) if context.is_main else 1.0

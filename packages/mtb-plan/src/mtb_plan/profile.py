@@ -45,6 +45,12 @@ class Compute:
     ``attention_backward_flops_per_s``: causal scaled-dot-product attention,
     counting the causal half of Q·Kᵀ and P·V forward and twice that backward;
     None where not measured (the model then uses the matmul figures).
+    ``solo_speedup``: how much faster one rank computes while the node's other
+    ranks idle (CPU ranks share cores; 1 where each rank has its own device):
+    a pipeline's fill and drain run at that speed. ``comm_overlap``: the share
+    of gradient reduction that runs under backward (0: none, the default on
+    CPU, whose collectives take the cores that compute; near 1 on a GPU,
+    where a separate stream and the network carry it).
     """
 
     ranks_per_node: int
@@ -54,6 +60,8 @@ class Compute:
     elementwise_bytes_per_s: float
     op_overhead_s: float
     optimizer_bytes_per_s: float
+    solo_speedup: float = 1.0
+    comm_overlap: float = 0.0
     attention_flops_per_s: float | None = None
     attention_backward_flops_per_s: float | None = None
     measured: bool = True

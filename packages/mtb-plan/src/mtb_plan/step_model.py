@@ -132,9 +132,9 @@ def predict(checked, strategy, workload, profile) -> Prediction:
     states = model_states(strategy, checked, parameters)
     micro_compute = micro_batch_compute_s(workload, shape, compute)
     comm = communication_s(workload, shape, profile, parameters)
-    exposed = exposed_comm_s(comm, micro_compute * shape.accumulation, compute)
     compute_s = micro_compute * shape.accumulation
-    bubble_s = micro_compute * (shape.pp - 1)
+    bubble_s = pipeline_s(micro_compute, shape, compute) - compute_s
+    exposed = exposed_comm_s(comm, compute_s, compute)
     optimizer_s = states["optimizer_state"] * 2 / compute.optimizer_bytes_per_s
     step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s
     terms = {"compute_s": compute_s, "exposed": exposed, "bubble_s": bubble_s}
@@ -172,6 +172,32 @@ def _prediction(
         dominant=max(costs, key=costs.get),
         comm_ms={name: seconds * 1e3 for name, seconds in terms["exposed"].items()},
     )
+
+
+def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
+    """A schedule's compute from the first forward to the last backward on one stage.
+
+    GPipe and 1F1B both take m + pp - 1 slots of a micro-batch's forward and
+    backward; in the fill and drain slots only some stages work. Where ranks
+    share a node's cores the working ones then run faster (``solo_speedup``,
+    interpolated by the share of the node's ranks that work).
+    """
+    slots = shape.accumulation + shape.pp - 1
+    total = 0.0
+    for slot in range(slots):
+        busy = min(slot + 1, shape.pp, shape.accumulation, slots - slot)
+        total += micro_s * _slowdown(busy / shape.pp, shape.per_node, compute.solo_speedup)
+    return total
+
+
+def _slowdown(working: float, per_node: int, solo_speedup: float) -> float:
+    """A micro-batch's time relative to every rank of the node working, when a share
+    ``working`` of them does: 1 / solo_speedup for one rank alone, 1 for all."""
+    if per_node == 1 or working >= 1:
+        return 1.0
+    ranks = max(1.0, working * per_node)
+    alone = 1 / solo_speedup
+    return alone + (1 - alone) * (ranks - 1) / (per_node - 1)
 
 
 def model_states(strategy, checked, parameters: int) -> dict:
@@ -374,7 +400,7 @@ def _expert_parallel_s(workload, shape: Shape, profile) -> float:
 def exposed_comm_s(comm: dict, compute_s: float, compute) -> dict:
     """What each kind of communication adds to the step: gradient reduction may hide
     ``comm_overlap`` of itself under backward (about 2/3 of compute); the rest is waited for."""
-    overlap = getattr(compute, "comm_overlap", 0.0)
+    overlap = compute.comm_overlap
     exposed = dict(comm)
     if "gradients" in exposed:
         hidden = overlap * min(exposed["gradients"], compute_s * 2 / 3)
@@ -413,10 +439,13 @@ def activation_bytes(workload, shape: Shape) -> float:
 
 
 def buffer_bytes(workload, shape: Shape, parameters: int) -> float:
-    """Transient buffers at the peak: gathered parameters of the largest unit under full
-    sharding, and the gradient of the logits (the largest single activation gradient)."""
+    """Buffers beside the model states at the peak: the gradient of the logits (the largest
+    activation gradient); under full sharding two blocks' gathered parameters (one in use,
+    one prefetched); without sharding, data parallelism's gradient buckets (DDP's reducer
+    copies every gradient into its buckets)."""
     logits = shape.micro_batch * workload.seq_len / shape.cp * workload.vocab_size * 4
-    gathered = 0.0
     if shape.sharding == "full":
-        gathered = 4 * parameters / max(workload.n_layers, 1) * 2
-    return logits + gathered
+        return logits + 4 * parameters / max(workload.n_layers, 1) * 2
+    if shape.sharding == "none" and shape.dp * shape.cp > 1:
+        return logits + 4 * parameters
+    return logits

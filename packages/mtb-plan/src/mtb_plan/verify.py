@@ -65,9 +65,19 @@ def matrix_spec(document: dict, chosen: list[dict], options: dict) -> dict:
             "steps": options["steps"],
             "warmup_steps": options["warmup_steps"],
             "device": document["config"]["profile"]["device"],
+            **_memory_cap(document),
         },
         "include": [row["options"] for row in chosen],
     }
+
+
+def _memory_cap(document: dict) -> dict:
+    """On CPU each run is capped at the plan's capacity per rank: a run that needs more ends
+    as out of memory, and the cap maps large tensors on their own, so that the peak resident
+    set follows the live tensors instead of the heap's high-water mark."""
+    if document["config"]["profile"]["device"] != "cpu":
+        return {}
+    return {"memory_limit_per_rank": str(document["memory_capacity_bytes"])}
 
 
 def verify(pm, document: dict, options: dict, output: str) -> dict:
@@ -124,7 +134,7 @@ def measurement(cell: dict, directory: Path) -> dict:
     measured.update(
         step_time_ms=_mean(summary, "step_ms"),
         tokens_per_s=_mean(summary, "tokens_per_s"),
-        peak_memory_bytes=_peak_memory(summary),
+        peak_memory_bytes=peak_memory(summary),
         model_state_bytes=_mean(summary, "model_state_bytes_per_rank"),
     )
     return measured
@@ -135,7 +145,7 @@ def _mean(summary: dict, key: str) -> float | None:
     return value.get("mean") if isinstance(value, dict) else value
 
 
-def _peak_memory(summary: dict) -> float | None:
+def peak_memory(summary: dict) -> float | None:
     """The CUDA allocator's peak on a GPU, the peak resident set on CPU (max over ranks)."""
     return _mean(summary, "cuda_max_allocated_bytes") or _mean(summary, "peak_rss_bytes")
 
