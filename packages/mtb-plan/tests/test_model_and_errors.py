@@ -211,3 +211,42 @@ def test_named_layouts_are_verified_too_and_an_unknown_name_is_one_line():
     assert chosen == ["0", "1", "4", "9"]
     with pytest.raises(UsageError, match="--verify-layout: no layout that fits is labelled 'z'"):
         verify.choose(rows, 2, 0, ("z",))
+
+
+def test_a_pipeline_credits_its_fill_and_drain_with_the_solo_speed_up():
+    from types import SimpleNamespace
+
+    from mtb_plan.step_model import pipeline_s
+
+    shape = SimpleNamespace(accumulation=2, pp=2, per_node=2)
+    alone_twice_as_fast = SimpleNamespace(solo_speedup=2.0)
+    # slots: stage 0 alone, both stages, stage 1 alone
+    assert pipeline_s(1.0, shape, alone_twice_as_fast) == pytest.approx(0.5 + 1 + 0.5)
+    assert pipeline_s(1.0, shape, SimpleNamespace(solo_speedup=1.0)) == pytest.approx(3.0)
+    one_rank_per_node = SimpleNamespace(accumulation=4, pp=2, per_node=1)
+    assert pipeline_s(1.0, one_rank_per_node, alone_twice_as_fast) == pytest.approx(5.0)
+
+
+def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
+    from mtb_plan.profile import Overhead
+
+    entries = tuple(
+        Overhead(mechanism=name, ranks_per_node=1, per_micro_batch_s=seconds)
+        for name, seconds in (("base", 0.010), ("tp", 0.003))
+    )
+    profile = cpu_profile(overhead=entries, path="lab.toml")
+    assert profile.overhead_s(("tp",), 1) == pytest.approx(0.013)
+    assert cpu_profile().overhead_s(("tp", "pp"), 1) == 0.0  # a profile without overheads
+    with pytest.raises(UsageError, match="no pp overhead at 1 rank"):
+        profile.overhead_s(("tp", "pp"), 1)
+
+
+def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
+    from mtb_plan.overheads import _flags, candidate
+
+    assert candidate("base", 1).strategy == "single" and candidate("tp", 1) is None
+    assert candidate("tp", 4).mesh == {"tp": 2, "dp_shard": 2}
+    assert candidate("cp", 2).mesh == {"cp": 2, "dp_shard": 1}
+    assert candidate("pp", 3) is None
+    flags = _flags({"tp": 2, "sequence_parallel": True, "activation_checkpointing": False})
+    assert flags == ["--tp", "2", "--sequence-parallel", "--no-activation-checkpointing"]

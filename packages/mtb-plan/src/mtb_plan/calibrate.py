@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
+
 from mtb.api import LaunchConfig, UsageError, run_function, utc_now
-from mtb_plan import curves, operators
+from mtb_plan import curves, operators, overheads
 from mtb_plan.profile import Compute, Profile
 from mtb_plan.workload import Workload
 
@@ -193,6 +195,7 @@ def calibrate(
     timeout_s: float = 600.0,
     comm_prefix: str | Path = "plan-profile",
     progress: Callable[[str], None] = lambda line: None,
+    measure_overheads: bool = True,
 ) -> Profile:
     """Measure every figure the step model needs for ``preset`` on this machine.
 
@@ -215,7 +218,7 @@ def calibrate(
     memory, scope, memory_how = memory_capacity(device)
     progress("runtime memory: mtb run --preset tiny")
     runtime = runtime_bytes(device, memory, timeout_s)
-    return Profile(
+    profile = Profile(
         name=f"{socket.gethostname()}-{device}",
         device=device,
         device_name=device_name(device),
@@ -230,6 +233,17 @@ def calibrate(
         compute=tuple(computes),
         comm=merged(measured, documents_curves(from_comm, precision)),
     )
+    if not measure_overheads:
+        return profile
+    from mtb.api import get_plugin_manager
+
+    pm = get_plugin_manager()
+    found = [
+        entry
+        for nproc in ranks_per_node
+        for entry in overheads.measure(pm, workload, nproc, profile, timeout_s, progress)
+    ]
+    return attrs.evolve(profile, overhead=tuple(found))
 
 
 RUNTIME_HOW = (

@@ -58,7 +58,8 @@ def check_device(device: str, ranks: list[int]) -> str:
 
 
 def summary(profile):
-    """Two rich tables: the compute figures per ranks-per-node, the fitted curves."""
+    """Three rich tables: the compute figures per ranks-per-node, the fitted curves, and the
+    mechanisms' fixed costs."""
     from rich.table import Table
 
     compute = Table(title=f"profile {profile.name} ({profile.device_name}, {profile.precision})")
@@ -90,7 +91,14 @@ def summary(profile):
             f"{curve.latency_s * 1e6:.1f} us",
             f"{curve.bus_bandwidth_bytes_per_s / 1e9:.3f} GB/s",
         )
-    return compute, comm
+    fixed = Table(title="fixed cost per micro-batch: base, and each mechanism on top")
+    for column in ("mechanism", "ranks/node", "per micro-batch"):
+        fixed.add_column(column, justify="right")
+    for entry in profile.overhead:
+        fixed.add_row(
+            entry.mechanism, str(entry.ranks_per_node), f"{entry.per_micro_batch_s * 1e3:.2f} ms"
+        )
+    return compute, comm, fixed
 
 
 @click.command("calibrate")
@@ -153,8 +161,23 @@ def summary(profile):
     show_default=True,
     help="wall-clock limit of each launch, in seconds",
 )
+@click.option(
+    "--overheads/--no-overheads",
+    default=True,
+    show_default=True,
+    help="measure each mechanism's fixed cost (one tiny-width mtb run per mechanism and N)",
+)
 def calibrate_command(
-    preset, micro_batch, precision, nproc, device, from_comm, comm_sizes, output, timeout_s
+    preset,
+    micro_batch,
+    precision,
+    nproc,
+    device,
+    from_comm,
+    comm_sizes,
+    output,
+    timeout_s,
+    overheads,
 ):
     """Measure this machine's device profile for the workload: operators and collectives.
 
@@ -162,7 +185,9 @@ def calibrate_command(
     operators, operator overhead and the AdamW step on N ranks at once for
     each --nproc-per-node N, fits latency and bus bandwidth of all_reduce,
     all_gather, reduce_scatter, all_to_all and send_recv from mtb comm runs,
-    records memory capacity and each figure's method, and writes the profile.
+    records memory capacity and each figure's method, measures each
+    mechanism's fixed cost (base, fsdp, tp, sp, pp, cp, ep) by running it at a
+    negligible width, and writes the profile.
     """
     import time
 
@@ -192,6 +217,7 @@ def calibrate_command(
         timeout_s=timeout_s,
         comm_prefix=str(Path(output).with_suffix("")),
         progress=lambda line: progress.print(f"mtb plan calibrate: {line}"),
+        measure_overheads=overheads,
     )
     write_atomic(output, to_toml(profile))
     console = stdout if stdout.is_terminal else plain_console(width=WIDTH)

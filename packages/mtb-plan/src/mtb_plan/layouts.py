@@ -56,6 +56,7 @@ class Candidate:
                 "optimizer": workload.optimizer,
             },
             "parallel": self.mesh,
+            "model": dict(workload.overrides),
         }
 
     def options(self) -> dict:

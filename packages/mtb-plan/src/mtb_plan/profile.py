@@ -88,6 +88,28 @@ class Curve:
         return self.latency_s + nbytes * factor / self.bus_bandwidth_bytes_per_s
 
 
+#: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
+MECHANISMS = ("base", "fsdp", "tp", "sp", "pp", "cp", "ep")
+
+
+@attrs.frozen(kw_only=True)
+class Overhead:
+    """The fixed cost one micro-batch pays for a mechanism at ``ranks_per_node`` ranks.
+
+    ``base``: what every micro-batch of the workload's depth costs beyond its
+    FLOPs, bytes and collectives (autograd, module calls, the step's own
+    work); the others: what a layout using the mechanism pays on top (FSDP's
+    gathers and hooks, tensor parallelism's DTensor redistributions, ...).
+    Measured on the workload's layers and heads at a negligible width.
+    """
+
+    mechanism: str = attrs.field(validator=attrs.validators.in_(MECHANISMS))
+    ranks_per_node: int
+    per_micro_batch_s: float
+    measured: bool = True
+    how: str = ""
+
+
 @attrs.frozen(kw_only=True)
 class Profile:
     """A machine's figures (one precision), with where they came from.
@@ -112,6 +134,7 @@ class Profile:
     created: str = ""
     compute: tuple[Compute, ...] = ()
     comm: tuple[Curve, ...] = ()
+    overhead: tuple[Overhead, ...] = ()
     path: str = attrs.field(default="", eq=False)
 
     def memory_per_rank(self, ranks_per_node: int) -> int:
@@ -129,6 +152,19 @@ class Profile:
             f"profile {self.name!r}: no compute figures at {ranks_per_node} rank(s) per node; "
             f"measure them with `{self.calibrate_hint(ranks_per_node)}`"
         )
+
+    def overhead_s(self, mechanisms: tuple[str, ...], ranks_per_node: int) -> float:
+        """A micro-batch's fixed cost for these mechanisms (0 in a profile without overheads)."""
+        known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
+        if not self.overhead:
+            return 0.0
+        missing = [name for name in ("base", *mechanisms) if name not in known]
+        if missing:
+            raise UsageError(
+                f"profile {self.name!r}: no {missing[0]} overhead at {ranks_per_node} rank(s) "
+                f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
+            )
+        return sum(known[name].per_micro_batch_s for name in ("base", *mechanisms))
 
     def curve(self, collective: str, group_size: int, scope: str) -> Curve:
         """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""
@@ -168,8 +204,7 @@ def load(path: str | Path) -> Profile:
         raise UsageError(f"--profile: cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"--profile: {path} is not TOML: {error}") from None
-    document = {**data.get("profile", {}), "compute": data.get("compute", [])}
-    document["comm"] = data.get("comm", [])
+    document = {**data.get("profile", {}), **{name: data.get(name, []) for name in ENTRIES}}
     try:
         profile = _converter.structure(document, Profile)
     except (cattrs.BaseValidationError, ValueError, TypeError) as error:
@@ -197,14 +232,18 @@ def _leaf(error: BaseException) -> BaseException:
 
 
 def to_toml(profile: Profile) -> str:
-    """The profile as TOML: a ``[profile]`` table, then ``[[compute]]`` and ``[[comm]]`` entries."""
+    """The profile as TOML: a ``[profile]`` table, then ``[[compute]]``, ``[[comm]]`` and
+    ``[[overhead]]`` entries."""
     import tomli_w
 
     data = _converter.unstructure(profile)
     data.pop("path")
-    compute = [_without_nulls(entry) for entry in data.pop("compute")]
-    comm = [_without_nulls(entry) for entry in data.pop("comm")]
-    return tomli_w.dumps({"profile": _without_nulls(data), "compute": compute, "comm": comm})
+    tables = {name: [_without_nulls(entry) for entry in data.pop(name)] for name in ENTRIES}
+    return tomli_w.dumps({"profile": _without_nulls(data), **tables})
+
+
+#: the profile's arrays of tables, in the file's order
+ENTRIES = ("compute", "comm", "overhead")
 
 
 def _without_nulls(table: dict) -> dict:

@@ -27,8 +27,6 @@ import math
 
 import attrs
 
-from mtb.api import expert_parameter_count, rank_parameter_count
-
 #: operator calls in one block's forward (norms, linears, attention, reshapes, adds,
 #: GELU), counted with a dispatch counter on mtb's model; backward calls about twice as many
 BLOCK_FORWARD_OPS = 24
@@ -56,6 +54,7 @@ class Prediction:
     exposed_comm_ms: float
     bubble_ms: float
     optimizer_ms: float
+    overhead_ms: float
     dominant: str
     comm_ms: dict = attrs.field(factory=dict)
 
@@ -126,6 +125,8 @@ def sharding_of(strategy, layout) -> str:
 
 def predict(checked, strategy, workload, profile) -> Prediction:
     """Step time and memory of one checked layout on the profile's machine."""
+    from mtb.api import rank_parameter_count
+
     shape = Shape.of(checked, strategy)
     compute = profile.compute_for(shape.per_node)
     parameters = rank_parameter_count(checked.config.model, shape.tp, shape.pp)
@@ -136,9 +137,10 @@ def predict(checked, strategy, workload, profile) -> Prediction:
     bubble_s = pipeline_s(micro_compute, shape, compute) - compute_s
     exposed = exposed_comm_s(comm, compute_s, compute)
     optimizer_s = states["optimizer_state"] * 2 / compute.optimizer_bytes_per_s
-    step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s
+    overhead_s = shape.accumulation * profile.overhead_s(mechanisms(shape), shape.per_node)
+    step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s + overhead_s
     terms = {"compute_s": compute_s, "exposed": exposed, "bubble_s": bubble_s}
-    terms.update(optimizer_s=optimizer_s, step_s=step_s)
+    terms.update(optimizer_s=optimizer_s, overhead_s=overhead_s, step_s=step_s)
     return _prediction(workload, shape, profile, states, parameters, terms)
 
 
@@ -153,6 +155,7 @@ def _prediction(
         "compute": terms["compute_s"],
         "bubble": terms["bubble_s"],
         "optimizer": terms["optimizer_s"],
+        "overhead": terms["overhead_s"],
     }
     costs.update(terms["exposed"])
     tokens_per_s = workload.tokens_per_step / step_s
@@ -169,9 +172,23 @@ def _prediction(
         exposed_comm_ms=sum(terms["exposed"].values()) * 1e3,
         bubble_ms=terms["bubble_s"] * 1e3,
         optimizer_ms=terms["optimizer_s"] * 1e3,
+        overhead_ms=terms["overhead_s"] * 1e3,
         dominant=max(costs, key=costs.get),
         comm_ms={name: seconds * 1e3 for name, seconds in terms["exposed"].items()},
     )
+
+
+def mechanisms(shape: Shape) -> tuple[str, ...]:
+    """The mechanisms whose fixed cost a micro-batch of this layout pays besides ``base``."""
+    active = {
+        "fsdp": shape.sharding == "full",
+        "tp": shape.tp > 1,
+        "sp": shape.sp,
+        "pp": shape.pp > 1,
+        "cp": shape.cp > 1,
+        "ep": shape.ep > 1,
+    }
+    return tuple(name for name, on in active.items() if on)
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
@@ -202,6 +219,8 @@ def _slowdown(working: float, per_node: int, solo_speedup: float) -> float:
 
 def model_states(strategy, checked, parameters: int) -> dict:
     """Parameters, gradients and optimizer state one rank holds: the strategy's own formula."""
+    from mtb.api import expert_parameter_count
+
     layout, model = checked.layout, checked.config.model
     experts = expert_parameter_count(model) if model.moe_experts else 0
     return strategy.state_bytes_estimate(

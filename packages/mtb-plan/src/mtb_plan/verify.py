@@ -65,6 +65,7 @@ def matrix_spec(document: dict, chosen: list[dict], options: dict) -> dict:
             "steps": options["steps"],
             "warmup_steps": options["warmup_steps"],
             "device": document["config"]["profile"]["device"],
+            **dict(workload.get("overrides", ())),
             **_memory_cap(document),
         },
         "include": [row["options"] for row in chosen],
@@ -124,20 +125,32 @@ def read_cells(directory: Path) -> list[dict]:
 
 
 def measurement(cell: dict, directory: Path) -> dict:
-    """What the run measured: summary means of step time, tokens/s, peak memory, model state."""
+    """What the run measured: the median step and its tokens/s, the peak memory and the model
+    state (summary means)."""
     import json
 
     measured = {"status": cell["status"], "error": cell.get("error")}
     if cell["status"] != "ok":
         return measured
-    summary = json.loads((directory / cell["result"]).read_text())["summary"]
+    result = json.loads((directory / cell["result"]).read_text())
+    summary = result["summary"]
+    step_ms = median_step_ms(result)
+    tokens_per_step = result["trials"][0]["tokens_per_step"]
     measured.update(
-        step_time_ms=_mean(summary, "step_ms"),
-        tokens_per_s=_mean(summary, "tokens_per_s"),
+        step_time_ms=step_ms,
+        tokens_per_s=tokens_per_step / step_ms * 1e3,
         peak_memory_bytes=peak_memory(summary),
         model_state_bytes=_mean(summary, "model_state_bytes_per_rank"),
     )
     return measured
+
+
+def median_step_ms(result: dict) -> float:
+    """The median measured step over every trial: a few steps slowed by other processes on a
+    shared machine move the mean by more than the errors being measured, the median barely."""
+    return statistics.median(
+        step["step_ms"] for trial in result["trials"] for step in trial["steps"]
+    )
 
 
 def _mean(summary: dict, key: str) -> float | None:

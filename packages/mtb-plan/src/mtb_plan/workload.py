@@ -33,19 +33,25 @@ class Workload:
     global_batch: int
     precision: str = "fp32"
     optimizer: str = "adamw"
+    #: model settings given besides the preset (``mtb run --d-model 64``), as (field, value)
+    overrides: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def of(cls, preset: str, global_batch: int, precision: str, optimizer: str) -> "Workload":
+    def of(
+        cls, preset: str, global_batch: int, precision: str, optimizer: str, overrides=()
+    ) -> "Workload":
         """The preset's model shape (as ``mtb run --preset`` resolves it) with this batch."""
         from mtb.api import resolve_config
 
-        model = resolve_config(flags={"preset": preset}).model
+        overrides = tuple(sorted(dict(overrides).items()))
+        model = resolve_config(flags={"preset": preset, "model": dict(overrides)}).model
         shape = {field: getattr(model, field) for field in SHAPE_FIELDS}
         return cls(
             preset=preset,
             global_batch=global_batch,
             precision=precision,
             optimizer=optimizer,
+            overrides=overrides,
             **shape,
         )
 

@@ -1,0 +1,168 @@
+"""The fixed cost of each mechanism, measured by running it at a negligible width.
+
+A step costs more than its FLOPs, bytes and collectives: autograd, module
+calls, the step's own bookkeeping, and per mechanism the work of its
+machinery (FSDP's hooks and gathers, DTensor's redistributions under tensor
+parallelism, the pipeline's schedule, the context-parallel ring's
+merges). On a GPU these hide behind the kernels of a real model; on a CPU,
+and for any small model, they decide the step. Calibrate measures them: the
+workload's layers and heads at a width where compute is negligible
+(``NANO``), one ``mtb run`` per mechanism on N ranks, and what the step
+model predicts for that run subtracted. ``base`` is the residual of plain
+data parallelism (one rank: ``single``); each other mechanism's is its run's
+residual less ``base`` and less the mechanisms that run also uses (an N-D
+layout on 4 ranks shards the rest with FSDP).
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mtb.api import UsageError
+from mtb_plan.layouts import Candidate, check
+from mtb_plan.profile import Overhead
+from mtb_plan.step_model import Shape, mechanisms, predict
+from mtb_plan.verify import median_step_ms
+from mtb_plan.workload import Workload
+
+#: the workload's layers and heads, everything else negligible
+NANO = {"vocab_size": 64, "seq_len": 16, "mlp_ratio": 1}
+NANO_HEAD_WIDTH = 2
+#: mechanism -> (strategy, mesh beyond data parallelism, micro-batch), measured in this order
+LAYOUTS = {
+    "base": ("ddp", {}, 1),
+    "fsdp": ("fsdp", {}, 1),
+    "tp": ("nd", {"tp": 2}, 1),
+    "sp": ("nd", {"tp": 2, "sequence_parallel": True}, 1),
+    "pp": ("nd", {"pp": 2, "pp_schedule": "1f1b", "pp_microbatches": 2}, 2),
+    "cp": ("nd", {"cp": 2}, 1),
+    "ep": ("ddp", {"ep": 2}, 1),
+}
+STEPS, WARMUP = 12, 4
+
+
+def nano_overrides(workload: Workload) -> dict:
+    return {**NANO, "d_model": NANO_HEAD_WIDTH * workload.n_heads}
+
+
+def candidate(mechanism: str, ranks: int) -> Candidate | None:
+    """The run that measures ``mechanism`` on ``ranks`` ranks of one node, if it fits them."""
+    strategy, mesh, micro_batch = LAYOUTS[mechanism]
+    if ranks == 1:
+        return (
+            Candidate(strategy="single", nproc_per_node=1, micro_batch_size=1)
+            if mechanism == "base"
+            else None
+        )
+    if strategy == "nd":
+        model = mesh.get("tp", 1) * mesh.get("pp", 1) * mesh.get("cp", 1)
+        if ranks % model:
+            return None
+        mesh = {**mesh, "dp_shard": ranks // model}
+    return Candidate(
+        strategy=strategy,
+        nproc_per_node=ranks,
+        parallel=tuple(sorted(mesh.items())),
+        micro_batch_size=micro_batch,
+    )
+
+
+def measure(
+    pm, workload: Workload, ranks: int, profile, timeout_s: float, progress
+) -> list[Overhead]:
+    """Every mechanism's fixed cost per micro-batch at ``ranks`` ranks per node."""
+    overrides = nano_overrides(workload)
+    increments: dict[str, float] = {}
+    for mechanism in LAYOUTS:
+        if mechanism == "ep" and not workload.moe_experts:
+            continue
+        run = candidate(mechanism, ranks)
+        if run is None:
+            continue
+        progress(f"overhead of {mechanism} at {ranks} rank(s) per node")
+        residual = _residual(pm, workload, overrides, run, profile, timeout_s)
+        if residual is None:
+            continue
+        residual, used = residual
+        others = sum(increments.get(name, 0.0) for name in used if name != mechanism)
+        base = increments.get("base", 0.0) if mechanism != "base" else 0.0
+        increments[mechanism] = max(0.0, residual - base - others)
+    return [
+        Overhead(
+            mechanism=name,
+            ranks_per_node=ranks,
+            per_micro_batch_s=seconds,
+            how=_how(name, ranks, workload, overrides),
+        )
+        for name, seconds in increments.items()
+    ]
+
+
+def _residual(pm, workload, overrides, run: Candidate, profile, timeout_s):
+    """(measured - predicted seconds per micro-batch, the run's mechanisms), or None if refused."""
+    import attrs
+
+    registry = pm.registry("strategy")
+    if run.strategy not in {entry.name for entry in registry}:
+        return None
+    entry = next(entry for entry in registry if entry.name == run.strategy)
+    shards = run.world_size // (
+        run.mesh.get("tp", 1) * run.mesh.get("pp", 1) * run.mesh.get("cp", 1)
+    )
+    nano = Workload.of(
+        workload.preset,
+        run.micro_batch_size * shards,
+        workload.precision,
+        workload.optimizer,
+        overrides,
+    )
+    checked = check(entry, run, nano, profile.device)
+    if checked.refused:
+        return None
+    shape = Shape.of(checked, entry.item)
+    bare = attrs.evolve(profile, overhead=())
+    predicted = predict(checked, entry.item, nano, bare).step_time_ms / 1e3
+    measured = _step_s(run, nano, profile.device, timeout_s)
+    return (measured - predicted) / shape.accumulation, mechanisms(shape)
+
+
+def _step_s(run: Candidate, workload: Workload, device: str, timeout_s: float) -> float:
+    """The mean measured step of ``mtb run`` with the candidate's options, in seconds."""
+    with tempfile.TemporaryDirectory(prefix="mtb-plan-overhead-") as folder:
+        output = Path(folder) / "run.json"
+        command = [sys.executable, "-m", "mtb", "run", "--preset", workload.preset]
+        command += ["--steps", str(STEPS), "--warmup-steps", str(WARMUP), "--peak-tflops", "1"]
+        command += ["--device", device, "--output", str(output)]
+        command += _flags({**run.options(), **dict(workload.overrides)})
+        command += ["--precision", workload.precision, "--optimizer", workload.optimizer]
+        finished = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        if finished.returncode != 0:
+            last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UsageError(f"calibrate: the {run.label} overhead run failed: {last}")
+        return median_step_ms(json.loads(output.read_text())) / 1e3
+
+
+def _flags(options: dict) -> list[str]:
+    """``mtb run`` flags from option names (a matrix cell's spelling)."""
+    flags = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + name.replace("_", "-"))
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict) -> str:
+    strategy, mesh, micro_batch = LAYOUTS[mechanism]
+    width = ", ".join(f"{key} {value}" for key, value in sorted(overrides.items()))
+    return (
+        f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''} on {ranks} rank(s), "
+        f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps) less the step model's "
+        "prediction for it, per micro-batch, less base and the other mechanisms it uses"
+    )
