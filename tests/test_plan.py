@@ -11,7 +11,7 @@ import pytest
 from mtb.api import UsageError, get_plugin_manager, resolve_config
 from mtb_plan.layouts import enumerate_layouts
 from mtb_plan.planning import World, plan_rows
-from mtb_plan.profile import Compute, Curve, Profile
+from mtb_plan.profile import Compute, Curve, Profile, load
 from mtb_plan.workload import Workload
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -110,6 +110,8 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
         "--nproc-per-node", "1,2", "--device", "cpu", "--output", profile, timeout=400,
     )  # fmt: skip
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}
+    assert measured >= {("base", 1), ("base", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
     output = tmp_path / "plan.json"
     planned = mtb(
         "plan", "--profile", profile, "--preset", "tiny", "--global-batch", "4",
