@@ -7,6 +7,9 @@ from mtb_plan import profile as profiles
 from mtb_plan.planning import World, capacity_per_rank, check_fits, plan_document, plan_rows
 from mtb_plan.workload import Workload
 
+#: the table's width when stdout is a file or a pipe (a terminal's own width otherwise)
+TABLE_WIDTH = 150
+
 
 def run_plan(pm, profile_path: str, options: dict) -> dict:
     """The plan of ``options`` on the profile's machine, printed and written; verified on ask."""
@@ -40,7 +43,7 @@ def print_table(document: dict, top: int) -> None:
     """The ranked table (``top`` rows that fit), then one line on what does not fit or run."""
     from rich.table import Table
 
-    from mtb.api import stdout
+    from mtb.api import plain_console, stdout
 
     config = document["config"]
     workload = config["workload"]
@@ -66,7 +69,7 @@ def print_table(document: dict, top: int) -> None:
         table.add_column("error", justify="right")
     for row in [row for row in document["layouts"] if row["fits"]][:top]:
         table.add_row(*_cells(row, verified))
-    stdout.print(table)
+    (stdout if stdout.is_terminal else plain_console(width=TABLE_WIDTH)).print(table)
     _print_left_out(document)
 
 
