@@ -47,7 +47,11 @@ class Candidate:
         return {
             "strategy": self.strategy,
             "preset": workload.preset,
-            "launch": {"nproc_per_node": self.nproc_per_node, "nnodes": self.nnodes},
+            "launch": {
+                "nproc_per_node": self.nproc_per_node,
+                "nnodes": self.nnodes,
+                **_meeting(self),
+            },
             "data": {"micro_batch_size": self.micro_batch_size},
             "training": {
                 "grad_accum_steps": self.grad_accum_steps,
@@ -90,6 +94,12 @@ class Candidate:
         if self.activation_checkpointing:
             parts.append("ac")
         return " ".join(parts)
+
+
+def _meeting(candidate: Candidate) -> dict:
+    """A multi-node layout is checked with a stand-in rendezvous: where the nodes meet is
+    decided when it runs (the Slurm executor picks the first node), not by the plan."""
+    return {"rdzv_endpoint": "first-node:29500"} if candidate.nnodes > 1 else {}
 
 
 @attrs.frozen

@@ -56,11 +56,13 @@ def plan_rows(pm, workload: Workload, world: World, profile) -> list[dict]:
 
 
 def with_mfu(predicted: dict, workload: Workload, world: World, profile) -> dict:
-    """MFU against the profile's achieved matmul throughput (mtb's CPU definition of peak)."""
+    """MFU (PaLM's FLOPs per token) against the profile's peak: the datasheet's where it
+    gives one, else the measured matmul throughput (mtb's definition on a CPU)."""
     from mtb.api import flops_per_token, resolve_config
 
     model = resolve_config(flags={"preset": workload.preset}).model
-    peak = profile.compute_for(world.per_node).matmul_flops_per_s * world.size
+    compute = profile.compute_for(world.per_node)
+    peak = (compute.peak_flops_per_s or compute.matmul_flops_per_s) * world.size
     predicted["mfu"] = predicted["tokens_per_s"] * flops_per_token(model) / peak
     return predicted
 

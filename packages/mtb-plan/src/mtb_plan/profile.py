@@ -50,7 +50,9 @@ class Compute:
     a pipeline's fill and drain run at that speed. ``comm_overlap``: the share
     of gradient reduction that runs under backward (0: none, the default on
     CPU, whose collectives take the cores that compute; near 1 on a GPU,
-    where a separate stream and the network carry it).
+    where a separate stream and the network carry it). ``peak_flops_per_s``:
+    the datasheet peak MFU is computed against (None: the measured matmul
+    throughput, as mtb's MFU on a CPU).
     """
 
     ranks_per_node: int
@@ -62,6 +64,7 @@ class Compute:
     optimizer_bytes_per_s: float
     solo_speedup: float = 1.0
     comm_overlap: float = 0.0
+    peak_flops_per_s: float | None = None
     attention_flops_per_s: float | None = None
     attention_backward_flops_per_s: float | None = None
     measured: bool = True
