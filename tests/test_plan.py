@@ -42,8 +42,6 @@ def test_every_layout_is_kept_or_refused_as_mtb_run_would(preset, ranks, tmp_pat
     if workload.moe_experts:
         assert any(row.layout.ep > 1 for row in kept)
     for row in checked:
-        if row.refused and "unavailable" in row.refused:
-            continue  # a strategy whose optional dependency is missing here
         said = runtime_refusal(pm, row.candidate.flags(workload), tmp_path)
         assert said == row.refused, row.candidate.label
 
@@ -102,7 +100,7 @@ def mtb(*args, timeout: int) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow(reason="calibrates 1 and 2 ranks, then runs three layouts of the plan")
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     profile = tmp_path / "cpu.toml"
     calibrated = mtb(
@@ -149,7 +147,7 @@ def test_bad_world_and_profile_input_is_one_line(tmp_path):
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0, refused.stderr
     assert "no compute figures at 4 rank(s) per node" in refused.stderr
-    assert f"--nproc-per-node 4 --output {profile}" in refused.stderr
+    assert f"--nproc-per-node 2,4 --output {profile}" in refused.stderr
     bf16 = mtb("plan", "--profile", profile, "--preset", "tiny", "--precision", "bf16", timeout=120)
     assert bf16.returncode == 2 and "measured at fp32" in bf16.stderr
     missing = mtb("plan", "--preset", "tiny", timeout=120)
@@ -166,7 +164,9 @@ def test_an_unavailable_strategy_is_refused_with_its_install_hint():
     for entry in pm.registry("strategy"):
         if entry.unavailable_reason:
             refused = {row.refused for row in rows if row.candidate.strategy == entry.name}
-            assert refused == {f"strategy {entry.name!r} unavailable: {entry.unavailable_reason}"}
+            assert refused == {
+                f"strategy {entry.name!r} is unavailable: {entry.unavailable_reason}"
+            }
 
 
 def test_candidate_flags_round_trip_to_mtb_run_options():

@@ -117,7 +117,7 @@ def test_missing_compute_figures_name_the_calibrate_command():
     message = str(refused.value)
     assert "no compute figures at 4 rank(s) per node" in message
     assert (
-        "mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 4 --output lab.toml"
+        "mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 1,4 --output lab.toml"
         in message
     )
 

@@ -88,7 +88,7 @@ def test_a_missing_figure_names_the_calibrate_command_that_measures_it(tmp_path)
         profile.compute_for(4)
     assert one_line(error) == (
         "profile 'box-cpu': no compute figures at 4 rank(s) per node; measure them with "
-        f"`mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 4 --output "
+        f"`mtb plan calibrate --device cpu --precision fp32 --nproc-per-node 2,4 --output "
         f"{tmp_path / 'p.toml'}`"
     )
     with pytest.raises(UsageError) as error:
@@ -116,7 +116,7 @@ def test_the_h200_profile_loads_and_nothing_in_it_was_measured():
     assert not any(c.measured for c in profile.compute)
     assert not any(c.measured for c in profile.comm)
     expected = {(op, n, "node") for op in prof.COLLECTIVES[:5] for n in (2, 4, 8)}
-    expected |= {(op, n, "cluster") for op in prof.COLLECTIVES[:5] for n in (16, 64)}
+    expected |= {(op, n, "cluster") for op in prof.COLLECTIVES[:5] for n in (2, 4, 8, 16, 32, 64)}
     assert {(c.collective, c.group_size, c.scope) for c in profile.comm} == expected
     # NVLink within a node is far faster than InfiniBand across nodes
     inside = profile.curve("all_reduce", 8, "node").bus_bandwidth_bytes_per_s

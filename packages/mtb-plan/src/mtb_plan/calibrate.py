@@ -61,7 +61,9 @@ def threads_per_rank(device: str, nproc: int) -> int | None:
     if device == "cuda":
         return None
     given = os.environ.get("OMP_NUM_THREADS", "")
-    return int(given) if given.isdigit() and int(given) > 0 else max(1, os.cpu_count() // nproc)
+    return (
+        int(given) if given.isdigit() and int(given) > 0 else max(1, (os.cpu_count() or 1) // nproc)
+    )
 
 
 def compute_how(spec, workload, micro_batches, nproc: int) -> str:
@@ -243,7 +245,17 @@ def calibrate(
         for nproc in ranks_per_node
         for entry in overheads.measure(pm, workload, nproc, profile, timeout_s, progress)
     ]
-    return attrs.evolve(profile, overhead=tuple(found))
+    profile = attrs.evolve(profile, overhead=tuple(found))
+    efficient = [
+        attrs.evolve(
+            entry,
+            training_efficiency=overheads.training_efficiency(
+                pm, workload, entry.ranks_per_node, profile, timeout_s, progress
+            ),
+        )
+        for entry in profile.compute
+    ]
+    return attrs.evolve(profile, compute=tuple(efficient))
 
 
 RUNTIME_HOW = (

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from mtb.api import UsageError
+from mtb_plan.workload import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 WIDTH = 120  # the tables' natural width, kept when stdout is not a terminal
 
 

@@ -7,8 +7,8 @@ layout checks need none; the runtime checks import the model lazily).
 import click
 
 from mtb.api import UsageError
+from mtb_plan.workload import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd")
 
 

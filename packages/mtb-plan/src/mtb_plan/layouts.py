@@ -114,11 +114,12 @@ class Checked:
 
 def enumerate_layouts(pm, workload, nnodes: int, per_node: int, device: str) -> list[Checked]:
     """Every candidate on ``nnodes`` x ``per_node`` ranks, checked as ``mtb run`` would."""
-    checked = []
-    for entry in pm.registry("strategy"):
-        for candidate in candidates(entry.item, workload, nnodes, per_node):
-            checked.append(check(entry, candidate, workload, device))
-    return checked
+    registry = pm.registry("strategy")
+    return [
+        check(registry, candidate, workload, device)
+        for entry in registry
+        for candidate in candidates(entry.item, workload, nnodes, per_node)
+    ]
 
 
 def candidates(strategy, workload, nnodes: int, per_node: int):
@@ -134,7 +135,7 @@ def candidates(strategy, workload, nnodes: int, per_node: int):
                     nproc_per_node=per_node,
                     parallel=tuple(sorted(mesh.items())),
                     micro_batch_size=micro_batch,
-                    grad_accum_steps=max(1, workload.global_batch // data_parallel // micro_batch),
+                    grad_accum_steps=workload.global_batch // data_parallel // micro_batch,
                     activation_checkpointing=checkpointing,
                 )
 
@@ -194,36 +195,25 @@ def _data_parallel(mesh: dict, world: int) -> int:
 
 
 def micro_batches(workload, data_parallel: int, mesh: dict) -> list[int]:
-    """Powers of two up to each data-parallel rank's share of the global batch; a pipeline
-    takes the whole share and splits it into its own micro-batches."""
-    share = max(1, workload.global_batch // data_parallel)
+    """Each divisor of a data-parallel rank's share of the global batch (none where the ranks
+    cannot share it evenly); a pipeline takes the whole share and splits it itself."""
+    share, left = divmod(workload.global_batch, data_parallel)
+    if left or not share:
+        return []
     if mesh.get("pp", 1) > 1:
         return [share]
-    return [size for size in (2**power for power in range(20)) if size <= share]
+    return [size for size in range(1, share + 1) if share % size == 0]
 
 
-def check(entry, candidate: Candidate, workload, device: str) -> Checked:
-    """The candidate through the checks ``mtb run`` makes before launch."""
-    if entry.unavailable_reason:
-        return Checked(
-            candidate, refused=f"strategy {entry.name!r} unavailable: {entry.unavailable_reason}"
-        )
-    share = candidate.micro_batch_size * candidate.grad_accum_steps
+def check(registry, candidate: Candidate, workload, device: str) -> Checked:
+    """The candidate through the checks ``mtb run`` makes before launch, in its order: the
+    config, the strategy's availability and ``check``, the layout, ``check_layout``."""
     try:
         config = resolve_config(flags=candidate.flags(workload))
+        strategy = registry.get(candidate.strategy)
+        strategy.check(config, device)
         layout = Layout.of(config)
-        _check_batch(workload, layout, share)
-        entry.item.check(config, device)
-        entry.item.check_layout(layout)
+        strategy.check_layout(layout)
     except (ConfigError, UsageError) as refused:
         return Checked(candidate, refused=str(refused))
     return Checked(candidate, config=config, layout=layout)
-
-
-def _check_batch(workload, layout: Layout, share: int) -> None:
-    """The layout must train the workload's global batch exactly."""
-    if share * layout.dp != workload.global_batch:
-        raise UsageError(
-            f"global batch: {workload.global_batch} sequences do not split over "
-            f"{layout.dp} data-parallel ranks"
-        )

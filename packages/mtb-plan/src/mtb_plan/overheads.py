@@ -118,7 +118,7 @@ def _residual(pm, workload, overrides, run: Candidate, profile, timeout_s):
         workload.optimizer,
         overrides,
     )
-    checked = check(entry, run, nano, profile.device)
+    checked = check(registry, run, nano, profile.device)
     if checked.refused:
         return None
     shape = Shape.of(checked, entry.item)
@@ -129,7 +129,7 @@ def _residual(pm, workload, overrides, run: Candidate, profile, timeout_s):
 
 
 def _step_s(run: Candidate, workload: Workload, device: str, timeout_s: float) -> float:
-    """The mean measured step of ``mtb run`` with the candidate's options, in seconds."""
+    """The median measured step of ``mtb run`` with the candidate's options, in seconds."""
     with tempfile.TemporaryDirectory(prefix="mtb-plan-overhead-") as folder:
         output = Path(folder) / "run.json"
         command = [sys.executable, "-m", "mtb", "run", "--preset", workload.preset]
@@ -166,3 +166,27 @@ def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict) -> str
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps) less the step model's "
         "prediction for it, per micro-batch, less base and the other mechanisms it uses"
     )
+
+
+def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, progress) -> float:
+    """Measured compute of the real workload in a training step over the operators' prediction.
+
+    The full-width workload at one sequence per rank on plain data parallelism
+    (``single`` on one rank): its measured step, less everything else the
+    model predicts for it (fixed costs, collectives, the optimizer), over the
+    compute the operator figures predict. 1 where the run is refused here.
+    """
+    run = candidate("base", ranks)
+    registry = {entry.name: entry for entry in pm.registry("strategy")}
+    if run is None or run.strategy not in registry:
+        return 1.0
+    entry = registry[run.strategy]
+    full = Workload.of(workload.preset, run.world_size, workload.precision, workload.optimizer)
+    checked = check(pm.registry("strategy"), run, full, profile.device)
+    if checked.refused:
+        return 1.0
+    progress(f"training efficiency at {ranks} rank(s) per node: {run.label} of {workload.preset}")
+    predicted = predict(checked, entry.item, full, profile)
+    rest = predicted.step_time_ms - predicted.compute_ms
+    measured_ms = _step_s(run, full, profile.device, timeout_s) * 1e3
+    return max(0.5, (measured_ms - rest) / predicted.compute_ms)

@@ -87,14 +87,15 @@ def check_fits(rows: list[dict], world: World, capacity: int, workload: Workload
     if not predicted:
         reasons = sorted({row["refused"] for row in rows if row["refused"]})
         raise UsageError(
-            f"--world: no layout runs preset {workload.preset!r} on {world.size} ranks; "
+            f"--devices-per-node: no layout runs preset {workload.preset!r} on {world.size} ranks; "
             f"the runtime refuses each: {reasons[0] if reasons else 'no strategy is registered'}"
         )
     if not any(row["fits"] for row in rows):
         smallest = min(row["predicted"]["peak_memory_bytes"] for row in predicted)
         raise UsageError(
-            f"--world: no layout of preset {workload.preset!r} fits {world.size} ranks: the "
-            f"smallest predicted peak is {smallest:,} bytes per rank, the capacity {capacity:,}"
+            f"--devices-per-node: no layout of preset {workload.preset!r} fits {world.size} "
+            f"ranks: the smallest predicted peak is {smallest:,} bytes per rank, the capacity "
+            f"{capacity:,}"
         )
 
 

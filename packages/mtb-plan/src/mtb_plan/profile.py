@@ -31,6 +31,10 @@ SCOPES = ("node", "cluster")  # within one node; across nodes
 MEMORY_SCOPES = ("device", "node")
 
 
+#: rates, bandwidths and capacities: a zero would divide by zero in the step model
+_positive = attrs.validators.gt(0)
+
+
 @attrs.frozen(kw_only=True)
 class Compute:
     """What one rank achieves when ``ranks_per_node`` ranks share a node (CPU: its cores).
@@ -52,18 +56,23 @@ class Compute:
     CPU, whose collectives take the cores that compute; near 1 on a GPU,
     where a separate stream and the network carry it). ``peak_flops_per_s``:
     the datasheet peak MFU is computed against (None: the measured matmul
-    throughput, as mtb's MFU on a CPU).
+    throughput, as mtb's MFU on a CPU). ``training_efficiency``: how much
+    longer the workload's operators take inside a training step than timed
+    alone (colder caches, allocation, the other work of the step): the full
+    workload run one micro-batch deep on plain data parallelism, its measured
+    step less everything else the model predicts, over the predicted compute.
     """
 
     ranks_per_node: int
     threads_per_rank: int | None = None
-    matmul_flops_per_s: float
-    matmul_backward_flops_per_s: float
-    elementwise_bytes_per_s: float
+    matmul_flops_per_s: float = attrs.field(validator=_positive)
+    matmul_backward_flops_per_s: float = attrs.field(validator=_positive)
+    elementwise_bytes_per_s: float = attrs.field(validator=_positive)
     op_overhead_s: float
-    optimizer_bytes_per_s: float
+    optimizer_bytes_per_s: float = attrs.field(validator=_positive)
     solo_speedup: float = 1.0
     comm_overlap: float = 0.0
+    training_efficiency: float = 1.0
     peak_flops_per_s: float | None = None
     attention_flops_per_s: float | None = None
     attention_backward_flops_per_s: float | None = None
@@ -79,7 +88,7 @@ class Curve:
     group_size: int
     scope: str = attrs.field(default="node", validator=attrs.validators.in_(SCOPES))
     latency_s: float
-    bus_bandwidth_bytes_per_s: float
+    bus_bandwidth_bytes_per_s: float = attrs.field(validator=_positive)
     measured: bool = True
     how: str = ""
 
@@ -129,7 +138,7 @@ class Profile:
     device_name: str = ""
     precision: str
     devices_per_node: int
-    memory_bytes: int
+    memory_bytes: int = attrs.field(validator=_positive)
     memory_scope: str = attrs.field(default="device", validator=attrs.validators.in_(MEMORY_SCOPES))
     runtime_bytes: int = 0
     measured: bool = True
@@ -182,9 +191,12 @@ class Profile:
         )
 
     def calibrate_hint(self, ranks_per_node: int) -> str:
+        """The command that measures the profile again with ``ranks_per_node`` added (it
+        rewrites the whole file, so it names every count the profile already has)."""
+        counts = sorted({entry.ranks_per_node for entry in self.compute} | {ranks_per_node})
         return (
             f"mtb plan calibrate --device {self.device} --precision {self.precision} "
-            f"--nproc-per-node {ranks_per_node} --output {self.path or 'PROFILE.toml'}"
+            f"--nproc-per-node {','.join(map(str, counts))} --output {self.path or 'PROFILE.toml'}"
         )
 
     def check_precision(self, precision: str) -> None:
@@ -207,6 +219,8 @@ def load(path: str | Path) -> Profile:
         raise UsageError(f"--profile: cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"--profile: {path} is not TOML: {error}") from None
+    if not isinstance(data.get("profile", {}), dict):
+        raise UsageError(f"--profile: {path}: [profile] must be a table of settings")
     document = {**data.get("profile", {}), **{name: data.get(name, []) for name in ENTRIES}}
     try:
         profile = _converter.structure(document, Profile)

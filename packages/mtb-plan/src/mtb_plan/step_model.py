@@ -80,15 +80,21 @@ class Shape:
     schedule: str | None
     checkpointing: bool
     per_node: int
-    nnodes: int
-    sharding: str  # none, grads (zero2), optimizer (zero1), full (fsdp, zero3)
+    sharding: str  # none, replicate (FSDP2 unsharded), grads, optimizer, full
+    syncs: int  # gradient reductions per step
+    stages: tuple[int, ...]  # transformer blocks of each pipeline stage (core's split)
 
     @classmethod
     def of(cls, checked, strategy) -> "Shape":
         layout, candidate, parallel = checked.layout, checked.candidate, checked.config.parallel
+        from mtb.api import pipeline_microbatches, stage_layers
+
         sequences = candidate.micro_batch_size * candidate.grad_accum_steps
         pipelined = layout.pp > 1
-        microbatches = (parallel.pp_microbatches or layout.pp) if pipelined else 1
+        microbatches = pipeline_microbatches(checked.config) if pipelined else 1
+        stages = [len(blocks) for blocks in stage_layers(checked.config.model.n_layers, layout.pp)]
+        accumulation = microbatches if pipelined else candidate.grad_accum_steps
+        every = sync_mode(strategy, checked.config) == "every" and not pipelined
         return cls(
             tp=layout.tp,
             pp=layout.pp,
@@ -99,14 +105,20 @@ class Shape:
             ep=layout.ep,
             sp=parallel.sequence_parallel,
             micro_batch=sequences // microbatches if pipelined else candidate.micro_batch_size,
-            accumulation=microbatches if pipelined else candidate.grad_accum_steps,
+            accumulation=accumulation,
             pipeline_microbatches=microbatches,
             schedule=parallel.pp_schedule if layout.pp > 1 else None,
             checkpointing=candidate.activation_checkpointing,
             per_node=candidate.nproc_per_node,
-            nnodes=candidate.nnodes,
             sharding=sharding_of(strategy, layout),
+            syncs=accumulation if every else 1,
+            stages=tuple(stages),
         )
+
+    @property
+    def blocks(self) -> int:
+        """Blocks on the fullest stage (what per-block communication is counted on)."""
+        return max(self.stages)
 
     def scope(self, group: int, inner: int = 1) -> str:
         """``node`` when a group of ``group`` ranks, ``inner`` apart in rank order, fits a node."""
@@ -114,13 +126,25 @@ class Shape:
 
 
 def sharding_of(strategy, layout) -> str:
-    """What the strategy splits over the data-parallel shard ranks."""
+    """What the strategy splits over the data-parallel shard ranks.
+
+    A strategy that shards parameters (FSDP) keeps its machinery on one shard
+    too (``replicate``: no gradient buckets, its hooks); one that shards none
+    reduces whole gradients (``none``, DDP).
+    """
     states = set(strategy.sharded_states)
+    if "parameters" in states:
+        return "full" if layout.state_shards > 1 else "replicate"
     if layout.state_shards == 1 or not states:
         return "none"
-    if "parameters" in states:
-        return "full"
     return "grads" if "gradients" in states else "optimizer"
+
+
+def sync_mode(strategy, config) -> str:
+    """``every`` micro-batch or the ``last``: the config's, else the strategy's default
+    (``default_sync_mode``; a strategy without one is taken to reduce every micro-batch)."""
+    requested = config.training.gradient_sync_mode
+    return requested if requested != "auto" else getattr(strategy, "default_sync_mode", "every")
 
 
 def predict(checked, strategy, workload, profile) -> Prediction:
@@ -149,7 +173,7 @@ def _prediction(
 ) -> Prediction:
     activations = activation_bytes(workload, shape)
     buffers = buffer_bytes(workload, shape, parameters)
-    runtime = getattr(profile, "runtime_bytes", 0)
+    runtime = profile.runtime_bytes
     step_s = terms["step_s"]
     costs = {
         "compute": terms["compute_s"],
@@ -181,7 +205,7 @@ def _prediction(
 def mechanisms(shape: Shape) -> tuple[str, ...]:
     """The mechanisms whose fixed cost a micro-batch of this layout pays besides ``base``."""
     active = {
-        "fsdp": shape.sharding == "full",
+        "fsdp": shape.sharding in ("full", "replicate"),
         "tp": shape.tp > 1,
         "sp": shape.sp,
         "pp": shape.pp > 1,
@@ -229,13 +253,18 @@ def model_states(strategy, checked, parameters: int) -> dict:
 
 
 def micro_batch_compute_s(workload, shape: Shape, compute) -> float:
-    """Forward and backward of one micro-batch on the busiest stage (the last: blocks + head)."""
-    blocks = math.ceil(workload.n_layers / shape.pp)
+    """Forward and backward of one micro-batch on the busiest stage: the most blocks, or the
+    last stage's fewer blocks and the head (core gives the remainder to the first stages)."""
     block_forward = _block_s(workload, shape, compute)
     block_backward = _block_s(workload, shape, compute, backward=True)
     recompute = block_forward if shape.checkpointing else 0.0
+    block = block_forward + block_backward + recompute
     head = _head_s(workload, shape, compute)
-    return blocks * (block_forward + block_backward + recompute) + head
+    last = len(shape.stages) - 1
+    stages = [
+        blocks * block + (head if i == last else 0.0) for i, blocks in enumerate(shape.stages)
+    ]
+    return max(stages) * compute.training_efficiency
 
 
 def _block_s(workload, shape: Shape, compute, backward: bool = False) -> float:
@@ -325,27 +354,28 @@ def _collective_s(
 
 
 def _gradient_s(shape: Shape, profile, parameters: int) -> float:
-    """Gradient reduction: an all-reduce of every gradient (DDP), a reduce-scatter per
-    micro-batch under full sharding or once under ZeRO-1/2, and HSDP's all-reduce of shards."""
+    """Gradient reduction, ``syncs`` times a step: an all-reduce of every gradient over the
+    data-parallel ranks (DDP, or FSDP unsharded), or a reduce-scatter over the shard group
+    and, under HSDP, an all-reduce of the shards over the replicas."""
     gradient_bytes = 4 * parameters
     inner = shape.tp  # cp ranks join the shard group (Layout.state_shards)
-    if shape.sharding == "none":
-        return _collective_s(
-            profile, "all_reduce", shape.dp * shape.cp, gradient_bytes, shape, shape.tp
+    if shape.sharding in ("none", "replicate"):
+        group = shape.dp * shape.cp
+        return shape.syncs * _collective_s(
+            profile, "all_reduce", group, gradient_bytes, shape, inner
         )
-    syncs = shape.accumulation if shape.sharding == "full" else 1
     shards = shape.dp_shard
-    scatter = syncs * _collective_s(profile, "reduce_scatter", shards, gradient_bytes, shape, inner)
+    scatter = _collective_s(profile, "reduce_scatter", shards, gradient_bytes, shape, inner)
     replicas = _collective_s(
         profile, "all_reduce", shape.dp_replicate, gradient_bytes / shards, shape, inner * shards
     )
-    return scatter + replicas
+    return shape.syncs * (scatter + replicas)
 
 
 def _parameter_gather_s(shape: Shape, profile, parameters: int) -> float:
     """Full sharding gathers the parameters for forward and again for backward, per micro-batch;
     ZeRO-1/2 gather the updated shards once after the step."""
-    if shape.sharding == "none":
+    if shape.sharding in ("none", "replicate"):
         return 0.0
     gather = _collective_s(profile, "all_gather", shape.dp_shard, 4 * parameters, shape, shape.tp)
     return gather * (2 * shape.accumulation if shape.sharding == "full" else 1)
@@ -359,7 +389,7 @@ def _tensor_parallel_s(workload, shape: Shape, profile) -> float:
         return 0.0
     tokens = shape.micro_batch * workload.seq_len / shape.cp
     hidden = tokens * workload.d_model * workload.element_bytes
-    blocks = math.ceil(workload.n_layers / shape.pp)
+    blocks = shape.blocks
     if shape.sp:
         per_block = 2 * (
             _collective_s(profile, "all_gather", shape.tp, hidden, shape)
@@ -390,7 +420,7 @@ def _context_parallel_s(workload, shape: Shape, profile) -> float:
         return 0.0
     tokens = shape.micro_batch * workload.seq_len / shape.cp
     kv = 2 * tokens * workload.d_model / shape.tp * workload.element_bytes
-    blocks = math.ceil(workload.n_layers / shape.pp)
+    blocks = shape.blocks
     passes = (shape.cp - 1) * (1 + 2)
     return (
         shape.accumulation
@@ -406,7 +436,7 @@ def _expert_parallel_s(workload, shape: Shape, profile) -> float:
         return 0.0
     tokens = shape.micro_batch * workload.seq_len / shape.cp * workload.moe_top_k
     nbytes = tokens * workload.d_model * workload.element_bytes
-    layers = math.ceil(workload.moe_layers / shape.pp)
+    layers = math.ceil(workload.moe_layers / shape.pp)  # MoE blocks spread over the stages
     inner = shape.tp * shape.cp
     return (
         shape.accumulation
@@ -428,33 +458,35 @@ def exposed_comm_s(comm: dict, compute_s: float, compute) -> dict:
 
 
 def activation_bytes(workload, shape: Shape) -> float:
-    """What autograd holds at the peak, on the busiest stage (the first under a pipeline).
+    """What autograd holds at the peak, on the fullest stage.
 
-    Without a pipeline one micro-batch's activations; GPipe keeps every
-    micro-batch's until backward, 1F1B at most pp on the first stage. With
+    Without a pipeline one micro-batch's activations. GPipe keeps every
+    micro-batch's until backward; 1F1B keeps pp - i on stage i (the first
+    stage the most). The head's activations are the last stage's. With
     activation checkpointing a block keeps only its input, plus one block's
     activations while it is recomputed.
     """
-    blocks = math.ceil(workload.n_layers / shape.pp)
     per_block = workload.block_activation_bytes(shape.micro_batch, shape.tp, shape.sp, shape.cp)
     if shape.checkpointing:
-        inputs = (
-            shape.micro_batch
-            * workload.seq_len
-            / shape.cp
-            * workload.d_model
-            * workload.element_bytes
-        )
-        stage = blocks * inputs + per_block
-    else:
-        stage = blocks * per_block
-    stage += workload.head_activation_bytes(shape.micro_batch, shape.cp)
-    in_flight = 1
+        tokens = shape.micro_batch * workload.seq_len / shape.cp
+        inputs = tokens * workload.d_model * workload.element_bytes
+    last = len(shape.stages) - 1
+    peaks = []
+    for stage, blocks in enumerate(shape.stages):
+        held = blocks * inputs + per_block if shape.checkpointing else blocks * per_block
+        if stage == last:
+            held += workload.head_activation_bytes(shape.micro_batch, shape.cp)
+        peaks.append(held * _in_flight(shape, stage))
+    return max(peaks)
+
+
+def _in_flight(shape: Shape, stage: int) -> int:
+    """Micro-batches whose activations stage ``stage`` holds at once."""
+    if shape.schedule is None:
+        return 1
     if shape.schedule == "gpipe":
-        in_flight = shape.pipeline_microbatches
-    elif shape.schedule:
-        in_flight = min(shape.pp, shape.pipeline_microbatches)
-    return stage * in_flight
+        return shape.pipeline_microbatches
+    return min(shape.pp - stage, shape.pipeline_microbatches)
 
 
 def buffer_bytes(workload, shape: Shape, parameters: int) -> float:
@@ -465,6 +497,6 @@ def buffer_bytes(workload, shape: Shape, parameters: int) -> float:
     logits = shape.micro_batch * workload.seq_len / shape.cp * workload.vocab_size * 4
     if shape.sharding == "full":
         return logits + 4 * parameters / max(workload.n_layers, 1) * 2
-    if shape.sharding == "none" and shape.dp * shape.cp > 1:
+    if shape.sharding == "none" and shape.dp * shape.cp > 1:  # not FSDP2's replicate
         return logits + 4 * parameters
     return logits

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tomli_w
 
-from mtb.api import UsageError, utc_now
+from mtb.api import UsageError, utc_now, write_atomic
 
 #: what the issue that asked for the planner set as good enough, checked in every verification
 TARGETS = {
@@ -87,12 +87,18 @@ def verify(pm, document: dict, options: dict, output: str) -> dict:
         document["layouts"], options["verify_top"], options["spread"], options["verify_layout"]
     )
     directory = Path(options["verify_dir"] or f"results/plan-verify-{utc_now().replace(':', '')}")
+    if directory.exists() and any(directory.iterdir()):
+        raise UsageError(
+            f"--verify-dir: {directory} holds another verification's runs; name a new folder"
+        )
     spec_path = directory.with_suffix(".toml")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path.write_text(tomli_w.dumps(matrix_spec(document, chosen, options)))
+    write_atomic(spec_path, tomli_w.dumps(matrix_spec(document, chosen, options)))
     run_matrix(spec_path, directory, options["executor"])
-    for row, cell in zip(chosen, read_cells(directory), strict=True):
-        row["measured"] = measurement(cell, directory)
+    cells = {_settings(cell["cell"]): cell for cell in read_cells(directory)}
+    for row in chosen:
+        cell = cells.get(_settings_of(row["options"]))
+        row["measured"] = measurement(cell, directory) if cell else {"status": "not run"}
         row["error"] = errors(row["predicted"], row["measured"])
     document["verification"] = summary(chosen, directory)
     return document
@@ -110,10 +116,20 @@ def run_matrix(spec_path: Path, directory: Path, executor: str) -> None:
         "--output-dir",
         str(directory),
     ]
-    command += ["--executor", executor, "--resume"]
+    command += ["--executor", executor]
     finished = subprocess.run(command, env=os.environ.copy(), check=False)
     if finished.returncode not in (0, 1):  # 1: some cell failed, which its row records
         raise UsageError(f"--verify: the matrix of the chosen layouts exited {finished.returncode}")
+
+
+def _settings(cell_id: str) -> frozenset:
+    """A cell id (``strategy=ddp,micro_batch_size=2,...``) as its set of settings."""
+    return frozenset(tuple(part.split("=", 1)) for part in cell_id.split(","))
+
+
+def _settings_of(options: dict) -> frozenset:
+    """A layout's options as the settings of the cell id the matrix gives it."""
+    return frozenset((name, str(value)) for name, value in options.items())
 
 
 def read_cells(directory: Path) -> list[dict]:
@@ -217,11 +233,12 @@ def summary(chosen: list[dict], directory: Path) -> dict:
         "measured_best": measured_best["label"],
         "matrix_dir": str(directory),
         "targets": TARGETS,
-        "met": {name: _met(name, figures.get(name)) for name in TARGETS},
+        "met": {name: met(name, figures.get(name)) for name in TARGETS},
     }
 
 
-def _met(name: str, value: float | None) -> bool | None:
+def met(name: str, value: float | None) -> bool | None:
+    """Whether ``value`` meets the target of ``name`` (None when it was not measured)."""
     if value is None:
         return None
     return value >= TARGETS[name] if name == "spearman" else value <= TARGETS[name]

@@ -14,6 +14,7 @@ import attrs
 
 #: bytes of one activation element at each precision (autocast keeps bf16/fp16 activations)
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+PRECISIONS = tuple(ACTIVATION_BYTES)
 
 
 @attrs.frozen(kw_only=True)
@@ -115,9 +116,6 @@ class Workload:
         """Embedding lookups, the final norm and the loss (softmax over whole logits)."""
         tokens = micro_batch * self.seq_len
         return tokens * (6 * self.d_model + 3 * self.vocab_size) * 4
-
-    def tokens_per_micro_batch(self, micro_batch: int) -> int:
-        return micro_batch * self.seq_len
 
     def block_activation_bytes(
         self, micro_batch: int, tp: int = 1, sp: bool = False, cp: int = 1
