@@ -50,7 +50,7 @@ PLANS = (
         "tiny",
         4,
         8,
-        ("ddp mb2", "fsdp mb2", "nd dp2·tp2 mb4", "nd pp2 1f1b m4 mb4", "nd rep2·dp2 mb2"),
+        ("ddp mb2", "fsdp mb2", "nd dp2·tp2 mb4", "nd dp2·pp2 1f1b m4 mb4", "nd rep2·dp2 mb2"),
     ),
     ("tiny-moe-2", "tiny-moe", 2, 4, ("ddp ep2 mb2", "fsdp ep2 mb2", "ddp mb2")),
 )

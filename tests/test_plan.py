@@ -104,12 +104,13 @@ def mtb(*args, timeout: int) -> subprocess.CompletedProcess:
 def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     profile = tmp_path / "cpu.toml"
     calibrated = mtb(
-        "plan", "calibrate", "--preset", "tiny", "--micro-batch", "1,2",
-        "--nproc-per-node", "1,2", "--device", "cpu", "--output", profile, timeout=400,
+        "plan", "calibrate", "--preset", "tiny", "--micro-batch", "1,2", "--comm-sizes",
+        "4K,64K", "--nproc-per-node", "1,2", "--device", "cpu", "--output", profile, timeout=400,
     )  # fmt: skip
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
     measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}
     assert measured >= {("base", 1), ("base", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
+    assert all(entry.training_efficiency >= 0.5 for entry in load(profile).compute)
     output = tmp_path / "plan.json"
     planned = mtb(
         "plan", "--profile", profile, "--preset", "tiny", "--global-batch", "4",
