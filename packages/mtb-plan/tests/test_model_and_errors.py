@@ -250,3 +250,11 @@ def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     assert candidate("pp", 3) is None
     flags = _flags({"tp": 2, "sequence_parallel": True, "activation_checkpointing": False})
     assert flags == ["--tp", "2", "--sequence-parallel", "--no-activation-checkpointing"]
+
+
+def test_calibrate_measures_every_group_a_node_forms():
+    from mtb_plan.calibrate import group_sizes
+
+    assert group_sizes([1, 4]) == [2, 4]
+    assert group_sizes([1, 2, 8]) == [2, 4, 8]
+    assert group_sizes([1]) == []

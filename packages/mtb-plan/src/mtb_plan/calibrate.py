@@ -151,10 +151,15 @@ def device_name(device: str) -> str:
     return "cpu"
 
 
+def group_sizes(ranks_per_node) -> list[int]:
+    """Every group a layout of N ranks per node forms within a node: each divisor >= 2 of N."""
+    return sorted({size for n in ranks_per_node for size in range(2, n + 1) if n % size == 0})
+
+
 def comm_curves(ranks_per_node, precision, device, sizes, timeout_s, comm_prefix, progress):
-    """Curves of every group size N >= 2 of one node, from ``mtb comm`` runs."""
+    """Curves of every group size a node's layouts use, from ``mtb comm`` runs of that size."""
     found = []
-    for nproc in (n for n in ranks_per_node if n >= 2):
+    for nproc in group_sizes(ranks_per_node):
         progress(f"mtb comm at {nproc} ranks per node (sizes {sizes})")
         output = f"{comm_prefix}-comm-{nproc}.json"
         document = curves.run_comm(nproc, sizes, precision, device, timeout_s, output)
