@@ -76,14 +76,17 @@ def mtb(*args) -> None:
 
 
 def run_plan(args, keep: Path, name: str, preset: str, ranks: int, batch: int, named) -> dict:
-    """Calibrate for the workload, then plan and verify; the plan document."""
+    """Calibrate for the workload, then plan and verify; the plan document (an earlier
+    invocation's, when ``--keep`` holds it: delete the folder to measure everything again)."""
+    output = keep / f"plan-{name}.json"
+    if output.exists():
+        return json.loads(output.read_text())
     profile = keep / f"profile-{name}.toml"
     if not profile.exists():
         mtb(
             "plan", "calibrate", "--preset", preset, "--micro-batch", "1,2,4",
             "--nproc-per-node", f"1,{ranks}", "--device", "cpu", "--output", profile,
         )  # fmt: skip
-    output = keep / f"plan-{name}.json"
     verify = ["--verify", args.top, "--spread", args.spread]
     for label in named:
         if not label.startswith("zero") or importlib.util.find_spec("deepspeed"):
