@@ -79,7 +79,7 @@ def run_plan(args, keep: Path, name: str, preset: str, ranks: int, batch: int, n
     """Calibrate for the workload, then plan and verify; the plan document (an earlier
     invocation's, when ``--keep`` holds it: delete the folder to measure everything again)."""
     output = keep / f"plan-{name}.json"
-    if output.exists():
+    if output.exists() and json.loads(output.read_text()).get("verification"):
         return json.loads(output.read_text())
     profile = keep / f"profile-{name}.toml"
     if not profile.exists():

@@ -94,7 +94,7 @@ def verify(pm, document: dict, options: dict, output: str) -> dict:
     spec_path = directory.with_suffix(".toml")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(spec_path, tomli_w.dumps(matrix_spec(document, chosen, options)))
-    run_matrix(spec_path, directory, options["executor"])
+    run_matrix(spec_path, directory, options["executor"], document["config"]["world"])
     cells = {_settings(cell["cell"]): cell for cell in read_cells(directory)}
     for row in chosen:
         cell = cells.get(_settings_of(row["options"]))
