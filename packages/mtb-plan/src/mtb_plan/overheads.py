@@ -11,7 +11,9 @@ workload's layers and heads at a width where compute is negligible
 model predicts for that run subtracted. ``base`` is the residual of plain
 data parallelism (one rank: ``single``); each other mechanism's is its run's
 residual less ``base`` and less the mechanisms that run also uses (an N-D
-layout on 4 ranks shards the rest with FSDP).
+layout on 4 ranks shards the rest with FSDP). An increment may be negative:
+a pipeline's micro-batches share FSDP's gathers, so pp with FSDP costs less
+per micro-batch than FSDP alone; the sum for a layout is never below 0.
 """
 
 import json
@@ -88,7 +90,7 @@ def measure(
         residual, used = residual
         others = sum(increments.get(name, 0.0) for name in used if name != mechanism)
         base = increments.get("base", 0.0) if mechanism != "base" else 0.0
-        increments[mechanism] = max(0.0, residual - base - others)
+        increments[mechanism] = residual - base - others
     return [
         Overhead(
             mechanism=name,

@@ -176,7 +176,7 @@ class Profile:
                 f"profile {self.name!r}: no {missing[0]} overhead at {ranks_per_node} rank(s) "
                 f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
             )
-        return sum(known[name].per_micro_batch_s for name in ("base", *mechanisms))
+        return max(0.0, sum(known[name].per_micro_batch_s for name in ("base", *mechanisms)))
 
     def curve(self, collective: str, group_size: int, scope: str) -> Curve:
         """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""
