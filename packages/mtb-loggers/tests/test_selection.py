@@ -4,11 +4,11 @@ import importlib.util
 
 import pytest
 from click.testing import CliRunner
-from mtb_loggers import plugin
 
 from mtb.cli import make_cli
 from mtb.plugins import build_plugin_manager
 from mtb.testing import PluginPackageTests
+from mtb_loggers import plugin
 
 pytestmark = pytest.mark.timeout(60)
 
