@@ -43,6 +43,8 @@ PARALLEL = ("-n", "2", "--dist", "loadfile")
 # optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed; the
 # topology check needs megatron-core; NVML bindings load without a GPU)
 EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}
+#: sibling packages a session's package runs as commands (never imports): calibrate runs `mtb comm`
+COMPANIONS = {"plan": ("comm",)}
 
 # DeepSpeed compiles its shared-memory collective op (g++, about 40 s) the first time a
 # process group starts on CPU; built in the session's set-up, so that no test is charged
@@ -244,7 +246,8 @@ def tests(session: nox.Session, combo: str) -> None:
         install_slurm(session)
     else:
         extras = EXTRAS.get(combo, "test")
-        install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[{extras}]"))
+        companions = [PACKAGES[name] for name in COMPANIONS.get(combo, ())]
+        install_projects(session, *editable(CORE, f"{PACKAGES[combo]}[{extras}]", *companions))
         target = f"{PACKAGES[combo]}/tests"
         if combo == "report":
             install_chromium(session)

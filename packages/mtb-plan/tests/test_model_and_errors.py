@@ -110,10 +110,9 @@ def test_a_capacity_below_every_layout_is_one_line_with_the_smallest_peak():
 
 
 def test_missing_compute_figures_name_the_calibrate_command():
-    workload = Workload.of("tiny", 4, "fp32", "adamw")
     profile = cpu_profile(path="lab.toml")
     with pytest.raises(UsageError) as refused:
-        plan_rows(get_plugin_manager(), workload, World(nodes=1, per_node=4), profile)
+        profile.compute_for(4)
     message = str(refused.value)
     assert "no compute figures at 4 rank(s) per node" in message
     assert (

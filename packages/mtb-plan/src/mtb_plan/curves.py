@@ -137,5 +137,7 @@ def run_comm(nproc: int, sizes: str, precision: str, device: str, timeout_s: flo
         raise RunFailed(f"mtb comm at {nproc} ranks did not finish in {timeout_s:.0f} s") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No such command 'comm'" in last:
+            raise UsageError("calibrate measures collectives with `mtb comm`: pip install mtb-comm")
         raise RunFailed(f"mtb comm at {nproc} ranks failed (exit {done.returncode}): {last}")
     return read_document(output, flag="mtb comm")
