@@ -23,7 +23,8 @@ def test_the_fit_recovers_latency_and_bandwidth_from_exact_points():
     points = [(b * factor, latency + b * factor / busbw) for b in sizes]
     fitted_latency, slope = curves.fit(points)
     assert fitted_latency == pytest.approx(latency, rel=1e-9)
-    assert 1 / slope == pytest.approx(busbw, rel=1e-9)
+    recovered_busbw = 1 / slope
+    assert recovered_busbw == pytest.approx(busbw, rel=1e-9)
 
 
 def test_the_fit_never_gives_a_negative_latency_or_bandwidth():
