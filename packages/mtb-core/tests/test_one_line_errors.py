@@ -145,3 +145,32 @@ def test_doctor_toward_an_unanswering_address_is_one_line(tmp_path, port_in_use,
     check = next(c for c in read_json(tmp_path / "d.json")["checks"] if c["name"] == "rendezvous")
     assert check["status"] == "fail" and f"ranks at {endpoint}: " in check["message"]
     assert "\n" not in check["message"]
+
+
+class Writes:
+    """A stream that keeps every write call apart, as an unbuffered pipe does."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(30)
+def test_a_ranks_line_and_a_warning_are_one_write_each(monkeypatch):
+    """Ranks share the launcher's stderr: a line in two writes can be split by another rank's
+    (seen as `...(char 40))mtb: rank 0: ...` with the rank 0 line lost to its parser)."""
+    from mtb import errors, lifeline
+
+    stream = Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    lifeline.record("corrupt metadata")
+    errors.warn("slow disk")
+    assert stream.calls == ["mtb: rank 1: corrupt metadata\n", "mtb: warning: slow disk\n"]

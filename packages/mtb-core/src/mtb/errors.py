@@ -9,9 +9,16 @@ import signal
 import sys
 
 
+def say(line: str) -> None:
+    """One line on stderr in a single write, so lines of ranks sharing the stream never run
+    into each other (print writes the text and its newline separately)."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
 def warn(message: str) -> None:
     """One warning line on stderr: the run goes on."""
-    print(f"mtb: warning: {message}", file=sys.stderr)
+    say(f"mtb: warning: {message}")
 
 
 def one_line(error: BaseException) -> str:

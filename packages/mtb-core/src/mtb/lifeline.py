@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from mtb import preemption
+from mtb import errors, preemption
 from mtb.reporting import write_atomic
 
 #: set by the launcher: the process every worker must die with
@@ -67,7 +67,7 @@ def record(message: str, echo: bool = True, **extra) -> None:
     """One line on stderr (unless ``echo`` is off) and in torchelastic's error file, for the
     launcher to report."""
     if echo:
-        print(f"mtb: rank {os.environ.get('RANK', '0')}: {message}", file=sys.stderr, flush=True)
+        errors.say(f"mtb: rank {os.environ.get('RANK', '0')}: {message}")
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:  # whole or not at all: an out-of-memory rank may fail while writing
         document = {"message": message, "timestamp": int(time.time()), **extra}

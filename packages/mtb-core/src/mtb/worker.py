@@ -24,7 +24,7 @@ from mtb import (
 from mtb import config as config_mod
 from mtb.checkpoint.state import combine_digests
 from mtb.documents import document_provenance, plugin_list, result_document, write_result
-from mtb.errors import PluginsFailed, Preempted, one_line
+from mtb.errors import PluginsFailed, Preempted, one_line, say
 from mtb.launch import entry, node_provenance, record_error
 from mtb.metrics import gpu_peak_flops
 from mtb.model import (
@@ -236,7 +236,7 @@ def report(context, pm, document: dict) -> list[str]:
     failures += run_reports.render(pm, document, context.config)
     failures += notify_run_end(context, pm, document)
     for failure in failures:
-        print(f"mtb: {failure}", file=sys.stderr, flush=True)
+        say(f"mtb: {failure}")
     return failures
 
 
