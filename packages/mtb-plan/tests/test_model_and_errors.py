@@ -233,8 +233,13 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
         Overhead(mechanism=name, ranks_per_node=1, per_micro_batch_s=seconds)
         for name, seconds in (("base", 0.010), ("tp", 0.003))
     )
-    profile = cpu_profile(overhead=entries, path="lab.toml")
+    fsdp = Overhead(
+        mechanism="fsdp", ranks_per_node=1, per_micro_batch_s=0.002, per_parameter_byte_s=1e-9
+    )
+    profile = cpu_profile(overhead=(*entries, fsdp), path="lab.toml")
     assert profile.overhead_s(("tp",), 1) == pytest.approx(0.013)
+    assert profile.overhead_s(("tp",), 1, parameter_bytes=1e6) == pytest.approx(0.013)
+    assert profile.overhead_s(("fsdp",), 1, parameter_bytes=1e6) == pytest.approx(0.013)
     assert cpu_profile().overhead_s(("tp", "pp"), 1) == 0.0  # a profile without overheads
     with pytest.raises(UsageError, match="no pp overhead at 1 rank"):
         profile.overhead_s(("tp", "pp"), 1)
@@ -257,3 +262,36 @@ def test_calibrate_measures_every_group_a_node_forms():
     assert group_sizes([1, 4]) == [2, 4]
     assert group_sizes([1, 2, 8]) == [2, 4, 8]
     assert group_sizes([1]) == []
+
+
+def test_fsdp_collectives_are_one_per_unit_and_nd_without_data_ranks_wraps_nothing():
+    """FSDP gathers and reduces each block and the root apart, each paying the latency;
+    ``nd`` with no data-parallel or context-parallel ranks (pure tp or pp) is not wrapped."""
+    from types import SimpleNamespace
+
+    from mtb_plan.step_model import Shape, communication_s, mechanisms, sharding_of
+
+    fsdp_like = SimpleNamespace(sharded_states=("parameters", "gradients", "optimizer_state"))
+    assert sharding_of(fsdp_like, SimpleNamespace(dp=1, cp=1, state_shards=1)) == "none"
+    assert sharding_of(fsdp_like, SimpleNamespace(dp=2, cp=1, state_shards=1)) == "replicate"
+    assert sharding_of(fsdp_like, SimpleNamespace(dp=1, cp=2, state_shards=2)) == "full"
+    curves = tuple(
+        Curve(collective=name, group_size=2, latency_s=1e-3, bus_bandwidth_bytes_per_s=1e9)
+        for name in ("all_gather", "reduce_scatter", "all_reduce")
+    )
+    profile = cpu_profile(comm=curves)
+    layout = dict(tp=1, pp=1, cp=1, dp=2, dp_shard=2, dp_replicate=1, ep=1, sp=False)
+    steps = dict(micro_batch=1, accumulation=1, pipeline_microbatches=1, schedule=None)
+    rest = dict(checkpointing=False, per_node=2, syncs=1, stages=(4,))
+    shape = Shape(**layout, **steps, **rest, sharding="full", engine="fsdp")
+    workload = Workload.of("tiny", 2, "fp32", "adamw")
+    parameters = 10**6
+    comm = communication_s(workload, shape, profile, parameters)
+    units = 4 + 1
+    one_pass = units * (1e-3 + 4 * parameters / units * 0.5 / 1e9)
+    assert comm["parameters"] == pytest.approx(2 * one_pass)  # forward and backward
+    assert comm["gradients"] == pytest.approx(one_pass)
+    pure_tp = {**layout, "dp": 1, "dp_shard": 1, "tp": 2}
+    unwrapped = Shape(**pure_tp, **steps, **rest, sharding="none", engine="ddp")
+    assert "gradients" not in communication_s(workload, unwrapped, profile, parameters)
+    assert "fsdp" not in mechanisms(unwrapped)

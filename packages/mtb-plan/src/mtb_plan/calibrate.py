@@ -260,7 +260,11 @@ def calibrate(
         )
         for entry in profile.compute
     ]
-    return attrs.evolve(profile, compute=tuple(efficient))
+    profile = attrs.evolve(profile, compute=tuple(efficient))
+    return attrs.evolve(
+        profile,
+        overhead=overheads.with_parameter_costs(pm, workload, profile, timeout_s, progress),
+    )
 
 
 RUNTIME_HOW = (

@@ -92,11 +92,16 @@ def summary(profile):
             f"{curve.bus_bandwidth_bytes_per_s / 1e9:.3f} GB/s",
         )
     fixed = Table(title="fixed cost per micro-batch: base, and each mechanism on top")
-    for column in ("mechanism", "ranks/node", "per micro-batch"):
+    for column in ("mechanism", "ranks/node", "per micro-batch", "per parameter GB"):
         fixed.add_column(column, justify="right")
     for entry in profile.overhead:
         fixed.add_row(
-            entry.mechanism, str(entry.ranks_per_node), f"{entry.per_micro_batch_s * 1e3:.2f} ms"
+            entry.mechanism,
+            str(entry.ranks_per_node),
+            f"{entry.per_micro_batch_s * 1e3:.2f} ms",
+            f"{entry.per_parameter_byte_s * 1e9 * 1e3:.1f} ms"
+            if entry.per_parameter_byte_s
+            else "",
         )
     return compute, comm, fixed
 

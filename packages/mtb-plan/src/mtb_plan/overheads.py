@@ -2,10 +2,10 @@
 
 A step costs more than its FLOPs, bytes and collectives: autograd, module
 calls, the step's own bookkeeping, and per mechanism the work of its
-machinery (FSDP's hooks and gathers, DTensor's redistributions under tensor
-parallelism, the pipeline's schedule, the context-parallel ring's
-merges). On a GPU these hide behind the kernels of a real model; on a CPU,
-and for any small model, they decide the step. Calibrate measures them: the
+machinery (FSDP's hooks and gathers, DeepSpeed's engine under ZeRO, DTensor's
+redistributions under tensor parallelism, the pipeline's schedule, the
+context-parallel ring's merges). On a GPU these hide behind the kernels of a
+real model; on a CPU, and for any small model, they decide the step. Calibrate measures them: the
 workload's layers and heads at a width where compute is negligible
 (``NANO``), one ``mtb run`` per mechanism on N ranks, and what the step
 model predicts for that run subtracted. ``base`` is the residual of plain
@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import attrs
+
 from mtb.api import UsageError
 from mtb_plan.layouts import Candidate, check
 from mtb_plan.profile import Overhead
@@ -36,6 +38,7 @@ NANO_HEAD_WIDTH = 2
 LAYOUTS = {
     "base": ("ddp", {}, 1),
     "fsdp": ("fsdp", {}, 1),
+    "zero": ("zero2", {}, 1),
     "tp": ("nd", {"tp": 2}, 1),
     "sp": ("nd", {"tp": 2, "sequence_parallel": True}, 1),
     "pp": ("nd", {"pp": 2, "pp_schedule": "1f1b", "pp_microbatches": 2}, 2),
@@ -104,8 +107,6 @@ def measure(
 
 def _residual(pm, workload, overrides, run: Candidate, profile, timeout_s):
     """(measured - predicted seconds per micro-batch, the run's mechanisms), or None if refused."""
-    import attrs
-
     registry = pm.registry("strategy")
     if run.strategy not in {entry.name for entry in registry}:
         return None
@@ -170,6 +171,27 @@ def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict) -> str
     )
 
 
+def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, timeout_s):
+    """(prediction, measured step ms, shape, rank's parameters) of the full-width workload at
+    one sequence per rank on ``mechanism``'s calibration layout; None where it is refused."""
+    from mtb.api import rank_parameter_count
+
+    run = candidate(mechanism, ranks)
+    registry = {entry.name: entry for entry in pm.registry("strategy")}
+    if run is None or run.strategy not in registry:
+        return None
+    entry = registry[run.strategy]
+    full = Workload.of(workload.preset, run.world_size, workload.precision, workload.optimizer)
+    checked = check(pm.registry("strategy"), run, full, profile.device)
+    if checked.refused:
+        return None
+    predicted = predict(checked, entry.item, full, profile)
+    measured_ms = _step_s(run, full, profile.device, timeout_s) * 1e3
+    shape = Shape.of(checked, entry.item)
+    parameters = rank_parameter_count(checked.config.model, shape.tp, shape.pp)
+    return predicted, measured_ms, shape, parameters
+
+
 def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, progress) -> float:
     """Measured compute of the real workload in a training step over the operators' prediction.
 
@@ -178,17 +200,41 @@ def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, 
     model predicts for it (fixed costs, collectives, the optimizer), over the
     compute the operator figures predict. 1 where the run is refused here.
     """
-    run = candidate("base", ranks)
-    registry = {entry.name: entry for entry in pm.registry("strategy")}
-    if run is None or run.strategy not in registry:
+    progress(f"training efficiency at {ranks} rank(s) per node: {workload.preset}")
+    found = _full_width(pm, workload, "base", ranks, profile, timeout_s)
+    if found is None:
         return 1.0
-    entry = registry[run.strategy]
-    full = Workload.of(workload.preset, run.world_size, workload.precision, workload.optimizer)
-    checked = check(pm.registry("strategy"), run, full, profile.device)
-    if checked.refused:
-        return 1.0
-    progress(f"training efficiency at {ranks} rank(s) per node: {run.label} of {workload.preset}")
-    predicted = predict(checked, entry.item, full, profile)
+    predicted, measured_ms, _, _ = found
     rest = predicted.step_time_ms - predicted.compute_ms
-    measured_ms = _step_s(run, full, profile.device, timeout_s) * 1e3
     return max(0.5, (measured_ms - rest) / predicted.compute_ms)
+
+
+def with_parameter_costs(pm, workload: Workload, profile, timeout_s, progress) -> tuple:
+    """The profile's overheads with FSDP's cost per parameter byte measured at each rank count.
+
+    The fixed cost, measured at a negligible width, misses what grows with the
+    parameters beyond the collectives' curves: the copies into and out of
+    FSDP's gather and reduce buffers, and gathers that take cores from compute.
+    The full-width workload on ``fsdp`` at one sequence per rank: its measured
+    step less everything the model predicts for it, per micro-batch, over the
+    rank's fp32 parameter bytes (never below 0).
+    """
+    entries = []
+    for entry in profile.overhead:
+        if entry.mechanism == "fsdp":
+            progress(f"fsdp per parameter byte at {entry.ranks_per_node} rank(s) per node")
+            found = _full_width(pm, workload, "fsdp", entry.ranks_per_node, profile, timeout_s)
+            if found is not None:
+                predicted, measured_ms, shape, parameters = found
+                residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / shape.accumulation
+                per_byte = max(0.0, residual_s / (4 * parameters))
+                entry = attrs.evolve(entry, per_parameter_byte_s=per_byte, how=entry.how + FULL)
+        entries.append(entry)
+    return tuple(entries)
+
+
+FULL = (
+    "; per parameter byte: mtb run of the full-width workload on fsdp at one sequence per rank, "
+    "its median step less the step model's prediction, per micro-batch, over the rank's fp32 "
+    "parameter bytes"
+)

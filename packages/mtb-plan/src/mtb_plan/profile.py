@@ -101,7 +101,7 @@ class Curve:
 
 
 #: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
-MECHANISMS = ("base", "fsdp", "tp", "sp", "pp", "cp", "ep")
+MECHANISMS = ("base", "fsdp", "zero", "tp", "sp", "pp", "cp", "ep")
 
 
 @attrs.frozen(kw_only=True)
@@ -113,11 +113,16 @@ class Overhead:
     work); the others: what a layout using the mechanism pays on top (FSDP's
     gathers and hooks, tensor parallelism's DTensor redistributions, ...).
     Measured on the workload's layers and heads at a negligible width.
+    ``per_parameter_byte_s``: what the mechanism adds per byte of the rank's
+    unsharded fp32 parameters, per micro-batch, beyond its collectives (FSDP's
+    copies into and out of its gather and reduce buffers, and the gathers
+    contending with compute for the cores): measured at the workload's width.
     """
 
     mechanism: str = attrs.field(validator=attrs.validators.in_(MECHANISMS))
     ranks_per_node: int
     per_micro_batch_s: float
+    per_parameter_byte_s: float = 0.0
     measured: bool = True
     how: str = ""
 
@@ -165,8 +170,11 @@ class Profile:
             f"measure them with `{self.calibrate_hint(ranks_per_node)}`"
         )
 
-    def overhead_s(self, mechanisms: tuple[str, ...], ranks_per_node: int) -> float:
-        """A micro-batch's fixed cost for these mechanisms (0 in a profile without overheads)."""
+    def overhead_s(
+        self, mechanisms: tuple[str, ...], ranks_per_node: int, parameter_bytes: float = 0.0
+    ) -> float:
+        """A micro-batch's cost for these mechanisms beyond compute and collectives: each one's
+        fixed cost and its cost per parameter byte (0 in a profile without overheads)."""
         known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
         if not self.overhead:
             return 0.0
@@ -176,7 +184,9 @@ class Profile:
                 f"profile {self.name!r}: no {missing[0]} overhead at {ranks_per_node} rank(s) "
                 f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
             )
-        return max(0.0, sum(known[name].per_micro_batch_s for name in ("base", *mechanisms)))
+        entries = [known[name] for name in ("base", *mechanisms)]
+        fixed = sum(e.per_micro_batch_s for e in entries)
+        return max(0.0, fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries))
 
     def curve(self, collective: str, group_size: int, scope: str) -> Curve:
         """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""

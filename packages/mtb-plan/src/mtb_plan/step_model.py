@@ -81,6 +81,7 @@ class Shape:
     checkpointing: bool
     per_node: int
     sharding: str  # none, replicate (FSDP2 unsharded), grads, optimizer, full
+    engine: str  # whose machinery: fsdp (FSDP2), zero (DeepSpeed), ddp (neither)
     syncs: int  # gradient reductions per step
     stages: tuple[int, ...]  # transformer blocks of each pipeline stage (core's split)
 
@@ -111,6 +112,7 @@ class Shape:
             checkpointing=candidate.activation_checkpointing,
             per_node=candidate.nproc_per_node,
             sharding=sharding_of(strategy, layout),
+            engine=engine_of(strategy, sharding_of(strategy, layout)),
             syncs=accumulation if every else 1,
             stages=tuple(stages),
         )
@@ -130,14 +132,25 @@ def sharding_of(strategy, layout) -> str:
 
     A strategy that shards parameters (FSDP) keeps its machinery on one shard
     too (``replicate``: no gradient buckets, its hooks); one that shards none
-    reduces whole gradients (``none``, DDP).
+    reduces whole gradients (``none``, DDP), as does a layout with no
+    data-parallel or context-parallel ranks (``nd`` wraps nothing in FSDP then).
     """
     states = set(strategy.sharded_states)
     if "parameters" in states:
+        if layout.dp * layout.cp == 1:  # nothing to shard or replicate over: not wrapped
+            return "none"
         return "full" if layout.state_shards > 1 else "replicate"
     if layout.state_shards == 1 or not states:
         return "none"
     return "grads" if "gradients" in states else "optimizer"
+
+
+def engine_of(strategy, sharding: str) -> str:
+    """``zero`` for mtb's DeepSpeed strategies (zero1-3, one engine), ``fsdp`` for a strategy
+    whose parameters FSDP wraps, ``ddp`` otherwise: whose fixed costs a micro-batch pays."""
+    if strategy.name.startswith("zero"):
+        return "zero"
+    return "fsdp" if sharding in ("full", "replicate") else "ddp"
 
 
 def sync_mode(strategy, config) -> str:
@@ -161,7 +174,9 @@ def predict(checked, strategy, workload, profile) -> Prediction:
     bubble_s = pipeline_s(micro_compute, shape, compute) - compute_s
     exposed = exposed_comm_s(comm, compute_s, compute)
     optimizer_s = states["optimizer_state"] * 2 / compute.optimizer_bytes_per_s
-    overhead_s = shape.accumulation * profile.overhead_s(mechanisms(shape), shape.per_node)
+    overhead_s = shape.accumulation * profile.overhead_s(
+        mechanisms(shape), shape.per_node, 4 * parameters
+    )
     step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s + overhead_s
     terms = {"compute_s": compute_s, "exposed": exposed, "bubble_s": bubble_s}
     terms.update(optimizer_s=optimizer_s, overhead_s=overhead_s, step_s=step_s)
@@ -205,7 +220,8 @@ def _prediction(
 def mechanisms(shape: Shape) -> tuple[str, ...]:
     """The mechanisms whose fixed cost a micro-batch of this layout pays besides ``base``."""
     active = {
-        "fsdp": shape.sharding in ("full", "replicate"),
+        "fsdp": shape.engine == "fsdp",
+        "zero": shape.engine == "zero",
         "tp": shape.tp > 1,
         "sp": shape.sp,
         "pp": shape.pp > 1,
@@ -353,31 +369,41 @@ def _collective_s(
     return profile.curve(collective, group, shape.scope(group, inner)).time_s(nbytes)
 
 
+def fsdp_units(shape: Shape) -> int:
+    """Collectives FSDP issues for one pass over the parameters: one per unit, each block
+    and the root (mtb's FSDP2 wrapping); ZeRO and DDP: counted as one."""
+    return shape.blocks + 1 if shape.engine == "fsdp" else 1
+
+
+def _per_unit_s(profile, collective: str, group: int, nbytes: float, shape: Shape, inner) -> float:
+    """``nbytes`` moved as one collective per FSDP unit: each pays the latency."""
+    units = fsdp_units(shape)
+    return units * _collective_s(profile, collective, group, nbytes / units, shape, inner)
+
+
 def _gradient_s(shape: Shape, profile, parameters: int) -> float:
     """Gradient reduction, ``syncs`` times a step: an all-reduce of every gradient over the
     data-parallel ranks (DDP, or FSDP unsharded), or a reduce-scatter over the shard group
-    and, under HSDP, an all-reduce of the shards over the replicas."""
+    and, under HSDP, an all-reduce of the shards over the replicas; FSDP per unit."""
     gradient_bytes = 4 * parameters
     inner = shape.tp  # cp ranks join the shard group (Layout.state_shards)
     if shape.sharding in ("none", "replicate"):
         group = shape.dp * shape.cp
-        return shape.syncs * _collective_s(
-            profile, "all_reduce", group, gradient_bytes, shape, inner
-        )
+        return shape.syncs * _per_unit_s(profile, "all_reduce", group, gradient_bytes, shape, inner)
     shards = shape.dp_shard
-    scatter = _collective_s(profile, "reduce_scatter", shards, gradient_bytes, shape, inner)
-    replicas = _collective_s(
+    scatter = _per_unit_s(profile, "reduce_scatter", shards, gradient_bytes, shape, inner)
+    replicas = _per_unit_s(
         profile, "all_reduce", shape.dp_replicate, gradient_bytes / shards, shape, inner * shards
     )
     return shape.syncs * (scatter + replicas)
 
 
 def _parameter_gather_s(shape: Shape, profile, parameters: int) -> float:
-    """Full sharding gathers the parameters for forward and again for backward, per micro-batch;
-    ZeRO-1/2 gather the updated shards once after the step."""
+    """Full sharding gathers each unit's parameters for forward and again for backward, per
+    micro-batch; ZeRO-1/2 gather the updated shards once after the step."""
     if shape.sharding in ("none", "replicate"):
         return 0.0
-    gather = _collective_s(profile, "all_gather", shape.dp_shard, 4 * parameters, shape, shape.tp)
+    gather = _per_unit_s(profile, "all_gather", shape.dp_shard, 4 * parameters, shape, shape.tp)
     return gather * (2 * shape.accumulation if shape.sharding == "full" else 1)
 
 
