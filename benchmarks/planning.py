@@ -28,13 +28,16 @@ from rich.table import Table
 from mtb.api import utc_now
 from mtb_plan import verify
 
-#: (name, preset, ranks per node, global batch, layouts verified besides the plan's picks)
+#: (name, preset, ranks per node, global batch, (steps, warmup), layouts verified besides
+#: the plan's picks). tiny's steps take tens of milliseconds on shared cores, where a few
+#: slowed steps move a median of five: thirty steps cost a second or two more per run
 PLANS = (
     (
         "small-2",
         "small",
         2,
         4,
+        (8, 3),
         (
             "ddp mb2",
             "fsdp mb2",
@@ -50,9 +53,10 @@ PLANS = (
         "tiny",
         4,
         8,
+        (30, 5),
         ("ddp mb2", "fsdp mb2", "nd dp2·tp2 mb4", "nd dp2·pp2 1f1b m4 mb4", "nd rep2·dp2 mb2"),
     ),
-    ("tiny-moe-2", "tiny-moe", 2, 4, ("ddp ep2 mb2", "fsdp ep2 mb2", "ddp mb2")),
+    ("tiny-moe-2", "tiny-moe", 2, 4, (30, 5), ("ddp ep2 mb2", "fsdp ep2 mb2", "ddp mb2")),
 )
 TARGETS = verify.TARGETS
 
@@ -64,8 +68,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--plans", default=",".join(name for name, *_ in PLANS))
     parser.add_argument("--top", type=int, default=2, help="the plan's best layouts run")
     parser.add_argument("--spread", type=int, default=2, help="layouts spread through the rest")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup-steps", type=int, default=3)
     return parser.parse_args(argv)
 
 
@@ -75,7 +77,7 @@ def mtb(*args) -> None:
     subprocess.run(command, check=True, timeout=3600)
 
 
-def run_plan(args, keep: Path, name: str, preset: str, ranks: int, batch: int, named) -> dict:
+def run_plan(args, keep: Path, name, preset, ranks: int, batch: int, steps, named) -> dict:
     """Calibrate for the workload, then plan and verify; the plan document (an earlier
     invocation's, when ``--keep`` holds it: delete the folder to measure everything again)."""
     output = keep / f"plan-{name}.json"
@@ -93,8 +95,8 @@ def run_plan(args, keep: Path, name: str, preset: str, ranks: int, batch: int, n
             verify += ["--verify-layout", label]
     mtb(
         "plan", "--profile", profile, "--preset", preset, "--global-batch", batch,
-        "--devices-per-node", ranks, *verify, "--steps", args.steps,
-        "--warmup-steps", args.warmup_steps, "--verify-dir", keep / f"verify-{name}",
+        "--devices-per-node", ranks, *verify, "--steps", steps[0],
+        "--warmup-steps", steps[1], "--verify-dir", keep / f"verify-{name}",
         "--output", output,
     )  # fmt: skip
     return json.loads(output.read_text())
@@ -189,8 +191,8 @@ def main(argv=None) -> int:
     keep.mkdir(parents=True, exist_ok=True)
     chosen = set(args.plans.split(","))
     plans = {
-        name: run_plan(args, keep, name, preset, ranks, batch, named)
-        for name, preset, ranks, batch, named in PLANS
+        name: run_plan(args, keep, name, preset, ranks, batch, steps, named)
+        for name, preset, ranks, batch, steps, named in PLANS
         if name in chosen
     }
     rows = [row for name, document in plans.items() for row in rows_of(name, document)]
