@@ -1,12 +1,15 @@
 """Shared fixtures: a plugin manager per test and a CLI built over it."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -68,3 +71,65 @@ def as_from_a_terminal() -> None:
     """
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_DFL)
+
+
+class SessionRun:
+    """``python -m mtb run ARGS`` in a session of its own (a signal to its group never reaches
+    pytest), stderr in a file; ``kill_all`` ends it and every process it started."""
+
+    def __init__(self, tmp_path, name, *args, env=None):
+        self.out, self.checkpoints = tmp_path / f"{name}.json", tmp_path / "ck"
+        self.stderr_path = tmp_path / f"{name}.stderr"
+        command = [sys.executable, "-m", "mtb", "run", *map(str, args), "--output", str(self.out)]
+        with open(self.stderr_path, "w") as stderr:
+            self.process = subprocess.Popen(
+                command,
+                env=child_env(env),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=as_from_a_terminal,
+            )
+        self.tree = psutil.Process(self.process.pid)
+        self.seen: list[psutil.Process] = []
+
+    def saved(self, timeout: float = 180) -> None:
+        """Return once a checkpoint is published, remembering every process of the run."""
+        give_up = time.monotonic() + timeout
+        while not (self.checkpoints / "latest").exists():
+            assert self.process.poll() is None, self.stderr()
+            assert time.monotonic() < give_up, "no checkpoint published in time"
+            time.sleep(0.05)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.seen = self.tree.children(recursive=True)
+
+    def rank(self, rank: int) -> psutil.Process:
+        return next(p for p in self.seen if p.environ().get("RANK") == str(rank))
+
+    def wait(self, timeout: float = 180) -> int:
+        return self.process.wait(timeout)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def published(self) -> list[str]:
+        return sorted(p.name for p in self.checkpoints.iterdir())
+
+    def kill_all(self) -> None:
+        for process in [self.tree, *self.seen]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
+
+@pytest.fixture
+def launched(tmp_path):
+    """Start SessionRuns (``launched(name, *args, env=...)``); all are killed at the end."""
+    runs = []
+
+    def started(name, *args, env=None):
+        runs.append(SessionRun(tmp_path, name, *args, env=env))
+        return runs[-1]
+
+    yield started
+    for run in runs:
+        run.kill_all()

@@ -7,16 +7,11 @@ end whatever the test found. The straggler plugin slows every step (untimed, aft
 step's metrics), so the signal lands well before the last step however fast the machine.
 """
 
-import contextlib
 import re
 import signal
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
-from conftest import FIXED_PEAK, as_from_a_terminal, child_env, read_json
+from conftest import FIXED_PEAK, read_json
 
 from mtb.fault.launcher_kill import still_running
 from mtb.preemption import PREEMPTION_EXIT
@@ -32,66 +27,12 @@ STOPPED = re.compile(
 )
 
 
-class Run:
-    """``python -m mtb run ARGS`` in a session of its own, stderr in a file."""
-
-    def __init__(self, tmp_path, name, *args, env=None):
-        self.out, self.checkpoints = tmp_path / f"{name}.json", tmp_path / "ck"
-        self.stderr_path = tmp_path / f"{name}.stderr"
-        command = [sys.executable, "-m", "mtb", "run", *map(str, args), "--output", str(self.out)]
-        with open(self.stderr_path, "w") as stderr:
-            self.process = subprocess.Popen(
-                command,
-                env=child_env(env),
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
-                preexec_fn=as_from_a_terminal,
-            )
-        self.tree = psutil.Process(self.process.pid)
-        self.seen: list[psutil.Process] = []
-
-    def saved(self, timeout: float = 180) -> None:
-        """Return once a checkpoint is published, remembering every process of the run."""
-        give_up = time.monotonic() + timeout
-        while not (self.checkpoints / "latest").exists():
-            assert self.process.poll() is None, self.stderr()
-            assert time.monotonic() < give_up, "no checkpoint published in time"
-            time.sleep(0.05)
-        with contextlib.suppress(psutil.NoSuchProcess):
-            self.seen = self.tree.children(recursive=True)
-
-    def wait(self, timeout: float = 180) -> int:
-        return self.process.wait(timeout)
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def kill_all(self) -> None:
-        for process in [self.tree, *self.seen]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-
-
-@pytest.fixture
-def start(tmp_path):
-    runs = []
-
-    def started(name, *args, env=None):
-        runs.append(Run(tmp_path, name, *args, env=env))
-        return runs[-1]
-
-    yield started
-    for run in runs:
-        run.kill_all()
-
-
 @pytest.mark.slow(reason="three runs of 12 steps: signalled, resumed and uninterrupted")
 @pytest.mark.timeout(400)
-def test_sigusr1_saves_the_step_and_stops_and_the_resumed_run_ends_bitwise_equal(start, tmp_path):
+def test_sigusr1_saves_and_stops_and_the_resumed_run_ends_bitwise_equal(launched, tmp_path):
     args = [*SINGLE, "--checkpoint-dir", tmp_path / "ck", "--save-on-signal"]
-    reference = start("reference", *SINGLE, "--checkpoint-dir", tmp_path / "ref")
-    run = start("signalled", *args, env=SLOW)
+    reference = launched("reference", *SINGLE, "--checkpoint-dir", tmp_path / "ref")
+    run = launched("signalled", *args, env=SLOW)
     run.saved()
     run.process.send_signal(signal.SIGUSR1)
     assert run.wait() == PREEMPTION_EXIT == 138, run.stderr()
@@ -105,7 +46,7 @@ def test_sigusr1_saves_the_step_and_stops_and_the_resumed_run_ends_bitwise_equal
     doc = read_json(run.out)
     assert doc["status"] != "ok" and doc["error"] == last.removeprefix("Error: ")
 
-    resumed = start("resumed", *args, "--resume", "latest")
+    resumed = launched("resumed", *args, "--resume", "latest")
     assert resumed.wait() == 0, resumed.stderr()
     assert reference.wait() == 0, reference.stderr()
     done = read_json(resumed.out)
@@ -116,8 +57,8 @@ def test_sigusr1_saves_the_step_and_stops_and_the_resumed_run_ends_bitwise_equal
 
 @pytest.mark.slow(reason="one run until its first checkpoint")
 @pytest.mark.timeout(300)
-def test_sigusr1_without_save_on_signal_kills_the_run_as_before(start, tmp_path):
-    run = start("killed", *SINGLE, "--checkpoint-dir", tmp_path / "ck", env=SLOW)
+def test_sigusr1_without_save_on_signal_kills_the_run_as_before(launched, tmp_path):
+    run = launched("killed", *SINGLE, "--checkpoint-dir", tmp_path / "ck", env=SLOW)
     run.saved()
     run.process.send_signal(signal.SIGUSR1)
     assert run.wait() == -signal.SIGUSR1

@@ -5,15 +5,12 @@ Each run is a child in a session of its own, so a signal to its group never reac
 every process it started is killed at the end, whatever the test found.
 """
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
-import psutil
 import pytest
 from conftest import FIXED_PEAK, TINY, as_from_a_terminal, child_env, mtb_subprocess, read_json
 
@@ -28,70 +25,21 @@ LONG = [*LONG, *FIXED_PEAK]
 TWO_RANKS = ["--strategy", "test-allreduce", "--nproc-per-node", "2"]
 
 
-class Run:
-    """``python -m mtb run ARGS`` started in its own session, stderr in a file."""
-
-    def __init__(self, tmp_path, *args):
-        self.out, self.checkpoints = tmp_path / "result.json", tmp_path / "ck"
-        self.stderr_path = tmp_path / "stderr.txt"
-        command = [sys.executable, "-m", "mtb", "run", *LONG, "--timeout", "240", *args]
-        command += ["--checkpoint-dir", str(self.checkpoints), "--output", str(self.out)]
-        with open(self.stderr_path, "w") as stderr:
-            self.process = subprocess.Popen(
-                command,
-                env=child_env(PLUGIN),
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
-                preexec_fn=as_from_a_terminal,
-            )
-        self.tree = psutil.Process(self.process.pid)
-        self.seen: list[psutil.Process] = []
-
-    def training(self, timeout: float = 180) -> None:
-        """Return once a checkpoint is published, remembering every process of the run."""
-        give_up = time.monotonic() + timeout
-        while not (self.checkpoints / "latest").exists():
-            assert self.process.poll() is None, self.stderr()
-            assert time.monotonic() < give_up, "no checkpoint published in time"
-            time.sleep(0.2)
-        self.seen = self.tree.children(recursive=True)
-
-    def rank(self, rank: int) -> psutil.Process:
-        return next(p for p in self.seen if p.environ().get("RANK") == str(rank))
-
-    def wait(self, timeout: float = 120) -> int:
-        return self.process.wait(timeout)
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def published(self) -> list[str]:
-        return sorted(p.name for p in self.checkpoints.iterdir())
-
-    def kill_all(self) -> None:
-        for process in [self.tree, *self.seen]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-
-
 @pytest.fixture
-def start(tmp_path):
-    runs = []
+def start(launched, tmp_path):
+    """A long run of ARGS that saves every 2 steps, with the all-reduce test strategy."""
 
     def started(*args):
-        runs.append(Run(tmp_path, *args))
-        return runs[-1]
+        checkpoints = ["--checkpoint-dir", tmp_path / "ck"]
+        return launched("result", *LONG, "--timeout", "240", *args, *checkpoints, env=PLUGIN)
 
-    yield started
-    for run in runs:
-        run.kill_all()
+    return started
 
 
 @pytest.mark.slow
 def test_sigterm_to_rank_1_is_blamed_on_rank_1(start):
     run = start(*TWO_RANKS)
-    run.training()
+    run.saved()
     run.rank(1).send_signal(signal.SIGTERM)
     assert run.wait() == 1
     blame = f"rank 1 failed: stopped by SIGTERM from pid {os.getpid()}"
@@ -103,7 +51,7 @@ def test_sigterm_to_rank_1_is_blamed_on_rank_1(start):
 @pytest.mark.slow
 def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
     run = start(*strategy)
-    run.training()
+    run.saved()
     run.process.send_signal(signal.SIGTERM)
     assert run.wait() == 128 + signal.SIGTERM
     lines = run.stderr().strip().splitlines()
@@ -118,7 +66,7 @@ def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
 @pytest.mark.slow
 def test_ctrl_c_prints_one_line_and_leaves_a_failure_document(start, strategy):
     run = start(*strategy)
-    run.training()
+    run.saved()
     os.killpg(run.process.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
     assert run.wait() == 130
     stderr = run.stderr()
