@@ -261,10 +261,7 @@ def calibrate(
         for entry in profile.compute
     ]
     profile = attrs.evolve(profile, compute=tuple(efficient))
-    return attrs.evolve(
-        profile,
-        overhead=overheads.with_parameter_costs(pm, workload, profile, timeout_s, progress),
-    )
+    return overheads.with_parameter_costs(pm, workload, profile, timeout_s, progress)
 
 
 RUNTIME_HOW = (

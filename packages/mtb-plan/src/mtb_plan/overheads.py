@@ -209,32 +209,45 @@ def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, 
     return max(0.5, (measured_ms - rest) / predicted.compute_ms)
 
 
-def with_parameter_costs(pm, workload: Workload, profile, timeout_s, progress) -> tuple:
-    """The profile's overheads with FSDP's cost per parameter byte measured at each rank count.
+#: mechanisms whose machinery touches every parameter each micro-batch, measured in this order
+PER_BYTE = ("fsdp", "zero", "tp")
+
+
+def with_parameter_costs(pm, workload: Workload, profile, timeout_s, progress):
+    """The profile with each ``PER_BYTE`` mechanism's cost per parameter byte measured.
 
     The fixed cost, measured at a negligible width, misses what grows with the
-    parameters beyond the collectives' curves: the copies into and out of
-    FSDP's gather and reduce buffers, and gathers that take cores from compute.
-    The full-width workload on ``fsdp`` at one sequence per rank: its measured
-    step less everything the model predicts for it, per micro-batch, over the
-    rank's fp32 parameter bytes (never below 0).
+    parameters beyond the collectives' curves: FSDP's and ZeRO's copies into
+    and out of their gather and reduce buffers and gathers that take cores
+    from compute, DTensor's handling of tensor-parallel parameters. The
+    full-width workload on the mechanism's calibration layout at one sequence
+    per rank: its measured step less everything the model predicts for it
+    (the per-byte costs measured before it included), per micro-batch, over
+    the rank's fp32 parameter bytes (never below 0).
     """
-    entries = []
-    for entry in profile.overhead:
-        if entry.mechanism == "fsdp":
-            progress(f"fsdp per parameter byte at {entry.ranks_per_node} rank(s) per node")
-            found = _full_width(pm, workload, "fsdp", entry.ranks_per_node, profile, timeout_s)
-            if found is not None:
-                predicted, measured_ms, shape, parameters = found
-                residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / shape.accumulation
-                per_byte = max(0.0, residual_s / (4 * parameters))
-                entry = attrs.evolve(entry, per_parameter_byte_s=per_byte, how=entry.how + FULL)
-        entries.append(entry)
-    return tuple(entries)
+    for mechanism in PER_BYTE:
+        for index, entry in enumerate(profile.overhead):
+            if entry.mechanism != mechanism:
+                continue
+            ranks = entry.ranks_per_node
+            progress(f"{mechanism} per parameter byte at {ranks} rank(s) per node")
+            found = _full_width(pm, workload, mechanism, ranks, profile, timeout_s)
+            if found is None:
+                continue
+            predicted, measured_ms, shape, parameters = found
+            residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / shape.accumulation
+            per_byte = max(0.0, residual_s / (4 * parameters))
+            how = entry.how + _full_how(mechanism)
+            entries = list(profile.overhead)
+            entries[index] = attrs.evolve(entry, per_parameter_byte_s=per_byte, how=how)
+            profile = attrs.evolve(profile, overhead=tuple(entries))
+    return profile
 
 
-FULL = (
-    "; per parameter byte: mtb run of the full-width workload on fsdp at one sequence per rank, "
-    "its median step less the step model's prediction, per micro-batch, over the rank's fp32 "
-    "parameter bytes"
-)
+def _full_how(mechanism: str) -> str:
+    strategy, mesh, _ = LAYOUTS[mechanism]
+    return (
+        f"; per parameter byte: mtb run of the full-width workload on {strategy} {mesh or ''} at "
+        "one sequence per rank, its median step less the step model's prediction, per "
+        "micro-batch, over the rank's fp32 parameter bytes"
+    )
