@@ -83,12 +83,17 @@ def requeued_jobs_start_at_once(out):
 
 
 def uninterrupted(tmp_path, steps: int) -> dict:
+    """The same run without a break, and without the straggler: its sleeps change no state,
+    only how long the reference takes."""
     flags = [
         f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
         for k, v in {**EXACT, "checkpoint_dir": tmp_path / "ref"}.items()
     ]
     out = tmp_path / "reference.json"
-    done = mtb("run", *flags, f"--steps={steps}", "--output", out)
+    with pytest.MonkeyPatch.context() as patch:
+        for key in ("MTB_PLUGIN_MODULES", "MTB_TEST_SLOW_RANK", "MTB_TEST_SLOW_MS"):
+            patch.delenv(key, raising=False)
+        done = mtb("run", *flags, f"--steps={steps}", "--output", out)
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text())["state_digests"]
 
@@ -122,12 +127,14 @@ def test_a_job_requeued_by_scontrol_resumes_exactly(slurm_cluster, tmp_path, slo
 def test_a_job_past_its_time_limit_saves_on_the_warning_and_resumes_exactly(
     slurm_cluster, tmp_path, slowed
 ):
-    """A one-minute limit with the warning 35 s before it. Slurm checks time limits about
-    every 30 s, so SIGUSR1 arrives 25 to 55 s into an attempt, always at a check before the
-    one that would end the job (a warning window under 30 s could fall between two checks:
-    TIMEOUT, no requeue). 110 steps of 500 ms outlast the first attempt."""
+    """A one-minute limit with the warning 35 s before it. Slurm checks time limits every
+    30 s and warns at the first check that finds the limit within the warning plus 30 s: with
+    these figures the first check of each attempt, so SIGUSR1 arrives up to 30 s into an
+    attempt (8 and 25 s were seen), always before the check that would end the job (a warning
+    window under 30 s could fall between two checks: TIMEOUT, no requeue). 80 steps of
+    500 ms (40 s, after the start) outlast the first attempt."""
     slowed(500)
-    options = {**EXACT, "steps": 110, "slurm_time": "1", "slurm_signal_s": 35}
+    options = {**EXACT, "steps": 80, "slurm_time": "1", "slurm_signal_s": 35}
     plan = write_matrix(tmp_path / "m.toml", "preempted", options)
     out = tmp_path / "out"
     with requeued_jobs_start_at_once(out):
@@ -138,5 +145,5 @@ def test_a_job_past_its_time_limit_saves_on_the_warning_and_resumes_exactly(
     log = (out / "logs" / "cell.slurm.out").read_text()
     assert "saved on the warning signal; requeueing job" in log
     assert "stopped by SIGUSR1 after saving step" in (out / "logs" / "cell.node0.log").read_text()
-    assert cell["state_digests"] == uninterrupted(tmp_path, 110)
+    assert cell["state_digests"] == uninterrupted(tmp_path, 80)
     assert os.path.isdir(out / "ck")
