@@ -9,10 +9,12 @@ exports.
 """
 
 import contextlib
+import datetime
 import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 
@@ -53,6 +55,36 @@ def slowed(monkeypatch):
     return slow
 
 
+#: what slurmctld logs (at debug2) each time it checks time limits and sends warnings
+TIME_LIMIT_CHECK = "Testing job time limits and checkpoints"
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)\] (.*)$", re.M)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limit_checks_logged(slurm_cluster):
+    """slurmctld logs its time-limit checks from the start (clear_of_a_time_limit_check)."""
+    subprocess.run(["scontrol", "setdebug", "debug2"], check=True, timeout=30)
+
+
+def clear_of_a_time_limit_check(slurm_cluster, margin_s: float = 8) -> None:
+    """Returns once the next time-limit check of slurmctld is over ``margin_s`` away. It
+    checks every 30 s from its start; a check that comes as a job starts, before its step
+    is launched, sends the warning to no process (and never again): the job runs on to
+    TIMEOUT or to its end, without a requeue."""
+    log = slurm_cluster / "log" / "slurmctld.log"
+
+    def checks() -> list[datetime.datetime]:
+        lines = LOG_TIME.findall(log.read_text())
+        start = [t for t, text in lines if "slurmctld version" in text][-1:]
+        found = [t for t, text in lines if TIME_LIMIT_CHECK in text]
+        return [datetime.datetime.fromisoformat(t) for t in start + found]
+
+    seen = checks()
+    upcoming = seen[-1] + datetime.timedelta(seconds=30) - datetime.datetime.now()
+    if upcoming.total_seconds() < margin_s:
+        wait_until(lambda: len(checks()) > len(seen), "a time-limit check", 60)
+
+
 @contextlib.contextmanager
 def requeued_jobs_start_at_once(out):
     """Slurm holds a requeued job for about two minutes (PENDING, reason BeginTime) before
@@ -82,20 +114,34 @@ def requeued_jobs_start_at_once(out):
         thread.join(timeout=30)
 
 
-def uninterrupted(tmp_path, steps: int) -> dict:
-    """The same run without a break, and without the straggler: its sleeps change no state,
-    only how long the reference takes."""
+@contextlib.contextmanager
+def uninterrupted(tmp_path, steps: int):
+    """The same run without a break, started at once beside the job (whose steps mostly
+    sleep) and without the straggler: its sleeps change no state, only how long the
+    reference takes. Yields a function that waits for its state digests."""
     flags = [
         f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
         for k, v in {**EXACT, "checkpoint_dir": tmp_path / "ref"}.items()
     ]
-    out = tmp_path / "reference.json"
-    with pytest.MonkeyPatch.context() as patch:
-        for key in ("MTB_PLUGIN_MODULES", "MTB_TEST_SLOW_RANK", "MTB_TEST_SLOW_MS"):
-            patch.delenv(key, raising=False)
-        done = mtb("run", *flags, f"--steps={steps}", "--output", out)
-    assert done.returncode == 0, done.stderr
-    return json.loads(out.read_text())["state_digests"]
+    out, err = tmp_path / "reference.json", tmp_path / "reference.err"
+    command = [sys.executable, "-m", "mtb", "run", *flags, f"--steps={steps}", "--output", out]
+    straggler = ("MTB_PLUGIN_MODULES", "MTB_TEST_SLOW_RANK", "MTB_TEST_SLOW_MS")
+    env = {k: v for k, v in os.environ.items() if k not in straggler}
+    with err.open("w") as stderr:
+        process = subprocess.Popen(
+            list(map(str, command)), stdout=subprocess.DEVNULL, stderr=stderr, env=env
+        )
+
+    def digests() -> dict:
+        assert process.wait(timeout=300) == 0, err.read_text()
+        return json.loads(out.read_text())["state_digests"]
+
+    try:
+        yield digests
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 def finished_cell(out) -> dict:
@@ -107,20 +153,21 @@ def test_a_job_requeued_by_scontrol_resumes_exactly(slurm_cluster, tmp_path, slo
     slowed(150)
     plan = write_matrix(tmp_path / "m.toml", "requeued", {**EXACT, "steps": 40})
     out = tmp_path / "out"
-    assert mtb("matrix", "run", plan, "--output-dir", out, "--detach").returncode == 0
-    wait_until(lambda: (out / "ck" / "latest").exists(), "a first checkpoint")
-    job = recorded(out)["cell"]["job_id"]
-    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
-    with requeued_jobs_start_at_once(out):
-        watched = mtb("matrix", "run", plan, "--output-dir", out, "--resume", "--poll-s", "0.5")
-    assert watched.returncode == 0, watched.stderr
-    cell = finished_cell(out)
-    assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
-    assert cell["checkpoint"]["resumed"]["step"] >= 2
-    assert recorded(out)["cell"]["jobs"] == [job]  # the same job, run again
-    status = mtb("matrix", "status", out).stdout
-    assert re.search(r"COMPLETED\s*│\s*-\s*│\s*1\s*│\s*ok", status), status  # requeued once
-    assert cell["state_digests"] == uninterrupted(tmp_path, 40)
+    with uninterrupted(tmp_path, 40) as reference:
+        assert mtb("matrix", "run", plan, "--output-dir", out, "--detach").returncode == 0
+        wait_until(lambda: (out / "ck" / "latest").exists(), "a first checkpoint")
+        job = recorded(out)["cell"]["job_id"]
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+        with requeued_jobs_start_at_once(out):
+            watched = mtb("matrix", "run", plan, "--output-dir", out, "--resume", "--poll-s", "0.5")
+        assert watched.returncode == 0, watched.stderr
+        cell = finished_cell(out)
+        assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
+        assert cell["checkpoint"]["resumed"]["step"] >= 2
+        assert recorded(out)["cell"]["jobs"] == [job]  # the same job, run again
+        status = mtb("matrix", "status", out).stdout
+        assert re.search(r"COMPLETED\s*│\s*-\s*│\s*1\s*│\s*ok", status), status  # requeued once
+        assert cell["state_digests"] == reference()
 
 
 @pytest.mark.timeout(600)
@@ -132,18 +179,23 @@ def test_a_job_past_its_time_limit_saves_on_the_warning_and_resumes_exactly(
     these figures the first check of each attempt, so SIGUSR1 arrives up to 30 s into an
     attempt (8 and 25 s were seen), always before the check that would end the job (a warning
     window under 30 s could fall between two checks: TIMEOUT, no requeue). 80 steps of
-    500 ms (40 s, after the start) outlast the first attempt."""
+    500 ms (40 s, after the start) outlast the first attempt. The job is submitted clear of
+    a check (one as it starts would warn no process); a requeued attempt starts a few
+    seconds after the check that warned the one before."""
     slowed(500)
     options = {**EXACT, "steps": 80, "slurm_time": "1", "slurm_signal_s": 35}
     plan = write_matrix(tmp_path / "m.toml", "preempted", options)
     out = tmp_path / "out"
-    with requeued_jobs_start_at_once(out):
-        watched = mtb("matrix", "run", plan, "--output-dir", out, "--poll-s", "1", timeout=560)
-    assert watched.returncode == 0, watched.stderr
-    cell = finished_cell(out)
-    assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
-    log = (out / "logs" / "cell.slurm.out").read_text()
-    assert "saved on the warning signal; requeueing job" in log
-    assert "stopped by SIGUSR1 after saving step" in (out / "logs" / "cell.node0.log").read_text()
-    assert cell["state_digests"] == uninterrupted(tmp_path, 80)
-    assert os.path.isdir(out / "ck")
+    with uninterrupted(tmp_path, 80) as reference:
+        clear_of_a_time_limit_check(slurm_cluster)
+        with requeued_jobs_start_at_once(out):
+            watched = mtb("matrix", "run", plan, "--output-dir", out, "--poll-s", "1", timeout=560)
+        assert watched.returncode == 0, watched.stderr
+        cell = finished_cell(out)
+        assert cell["status"] == "ok" and cell["checkpoint"]["resumed"]["exact"] is True
+        log = (out / "logs" / "cell.slurm.out").read_text()
+        assert "saved on the warning signal; requeueing job" in log
+        node0 = (out / "logs" / "cell.node0.log").read_text()
+        assert "stopped by SIGUSR1 after saving step" in node0
+        assert cell["state_digests"] == reference()
+        assert os.path.isdir(out / "ck")
