@@ -66,11 +66,12 @@ def time_limit_checks_logged(slurm_cluster):
     subprocess.run(["scontrol", "setdebug", "debug2"], check=True, timeout=30)
 
 
-def clear_of_a_time_limit_check(slurm_cluster, margin_s: float = 8) -> None:
+def clear_of_a_time_limit_check(slurm_cluster, margin_s: float = 15) -> None:
     """Returns once the next time-limit check of slurmctld is over ``margin_s`` away. It
-    checks every 30 s from its start; a check that comes as a job starts, before its step
-    is launched, sends the warning to no process (and never again): the job runs on to
-    TIMEOUT or to its end, without a requeue."""
+    checks every 30 s from its start; a check that comes as a job starts sends the warning
+    to no process (its step not launched yet: seen here) or to one that does not take it
+    yet (still importing), and Slurm does not send it again. ``margin_s`` covers the
+    submission, the launch and mtb's start."""
     log = slurm_cluster / "log" / "slurmctld.log"
 
     def checks() -> list[datetime.datetime]:
