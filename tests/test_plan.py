@@ -111,6 +111,11 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}
     assert measured >= {("base", 1), ("base", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
     assert all(entry.training_efficiency >= 0.5 for entry in load(profile).compute)
+    per_byte = {e.mechanism: e for e in load(profile).overhead if e.ranks_per_node == 2}
+    for name in ("fsdp", "tp"):  # measured at full width
+        assert (
+            per_byte[name].per_parameter_byte_s >= 0 and "per parameter byte" in per_byte[name].how
+        )
     output = tmp_path / "plan.json"
     planned = mtb(
         "plan", "--profile", profile, "--preset", "tiny", "--global-batch", "4",
@@ -127,6 +132,13 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
         assert row["error"]["step_time"] == pytest.approx(
             row["predicted"]["step_time_ms"] / row["measured"]["step_time_ms"] - 1
         )
+    specs = {
+        name: (tmp_path / "verify" / f"{name}.toml").read_text() for name in ("timing", "memory")
+    }
+    assert (
+        "memory_limit_per_rank" in specs["memory"]
+        and "memory_limit_per_rank" not in specs["timing"]
+    )
     summary = document["verification"]
     assert summary["verified"] == 3 and summary["predicted_best"] == verified[0]["label"]
     assert "rank" in planned.stdout and "plan written to" in planned.stdout

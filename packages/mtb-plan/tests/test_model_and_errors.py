@@ -295,3 +295,36 @@ def test_fsdp_collectives_are_one_per_unit_and_nd_without_data_ranks_wraps_nothi
     unwrapped = Shape(**pure_tp, **steps, **rest, sharding="none", engine="ddp")
     assert "gradients" not in communication_s(workload, unwrapped, profile, parameters)
     assert "fsdp" not in mechanisms(unwrapped)
+
+
+def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones(tmp_path):
+    """The cap that makes the resident set follow live tensors maps each large allocation on
+    its own, which slows a step: times come from runs as a user starts them."""
+    import json
+
+    workload = {"preset": "tiny", "precision": "fp32", "optimizer": "adamw"}
+    document = {"config": {"workload": workload, "profile": {"device": "cpu"}}}
+    document["memory_capacity_bytes"] = 2**30
+    options = {"cell_timeout": 60, "steps": 8, "warmup_steps": 3}
+    assert verify.purposes(document) == ("timing", "memory")
+    timing = verify.matrix_spec(document, [], options, "timing")["options"]
+    memory = verify.matrix_spec(document, [], options, "memory")["options"]
+    assert "memory_limit_per_rank" not in timing and timing["steps"] == 8
+    assert memory["memory_limit_per_rank"] == str(2**30) and memory["steps"] == 3
+    gpu = {"config": {"workload": workload, "profile": {"device": "cuda"}}}
+    assert verify.purposes(gpu) == ("both",)
+
+    def cell(purpose, steps_ms, peak):
+        result = {
+            "trials": [{"tokens_per_step": 1000, "steps": [{"step_ms": ms} for ms in steps_ms]}],
+            "summary": {"peak_rss_bytes": {"mean": peak}, "model_state_bytes_per_rank": 5},
+        }
+        (tmp_path / f"{purpose}.json").write_text(json.dumps(result))
+        return {"status": "ok", "result": f"{purpose}.json"}, tmp_path
+
+    found = {"timing": cell("timing", [10, 30, 20], 900), "memory": cell("memory", [99], 700)}
+    measured = verify.measurement(found)
+    assert (measured["step_time_ms"], measured["tokens_per_s"]) == (20, 50_000)
+    assert (measured["peak_memory_bytes"], measured["model_state_bytes"]) == (700, 5)
+    found["memory"] = ({"status": "oom", "error": "can't allocate"}, tmp_path)
+    assert verify.measurement(found) == {"status": "oom", "error": "memory: can't allocate"}

@@ -71,7 +71,9 @@ OPTIMIZERS = ("adamw", "sgd")
     help="--verify: warmup steps",
 )
 @click.option(
-    "--verify-dir", help="--verify: matrix directory  [default: results/plan-verify-<UTC time>]"
+    "--verify-dir",
+    help="--verify: folder of its matrices (timing, and memory on CPU)  "
+    "[default: results/plan-verify-<UTC time>]",
 )
 @click.option(
     "--executor",

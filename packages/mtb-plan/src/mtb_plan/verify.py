@@ -2,7 +2,12 @@
 
 The runs go through the matrix runner (``mtb matrix run``, a subprocess: the
 local executor or Slurm), one cell per layout with exactly the options the
-plan lists, so a verified row is what ``mtb run`` does with them. Each row
+plan lists, so a verified row is what ``mtb run`` does with them. On CPU a
+layout runs twice: timed as a user runs it, and its memory measured in a
+short run capped at the plan's capacity per rank (the cap maps every large
+tensor on its own, which makes the peak resident set follow the live
+tensors but costs each allocation its page faults: a quarter to a half
+more per step on this kind of machine). On a GPU one run gives both. Each row
 gets its measurement and the relative errors (predicted - measured) /
 measured; the document gets the error statistics, the rank correlation of
 predicted and measured step times, and whether the predicted best was the
@@ -50,35 +55,39 @@ def choose(rows: list[dict], top: int, spread: int, labels: tuple[str, ...] = ()
     return sorted(chosen, key=lambda row: row["rank"])
 
 
-def matrix_spec(document: dict, chosen: list[dict], options: dict) -> dict:
-    """A matrix of exactly the chosen layouts (``[[include]]`` only), in ranking order."""
+#: steps of a CPU memory run: the optimizer's state exists from the first step on
+MEMORY_STEPS, MEMORY_WARMUP = 3, 1
+
+
+def matrix_spec(document: dict, chosen: list[dict], options: dict, purpose: str) -> dict:
+    """A matrix of exactly the chosen layouts (``[[include]]`` only), in ranking order:
+    ``timing`` (and memory on a GPU) as the options say, or CPU ``memory`` (short, capped)."""
     workload = document["config"]["workload"]
+    steps = {"steps": options["steps"], "warmup_steps": options["warmup_steps"]}
+    if purpose == "memory":
+        steps = {"steps": MEMORY_STEPS, "warmup_steps": MEMORY_WARMUP}
+        steps["memory_limit_per_rank"] = str(document["memory_capacity_bytes"])
     return {
-        "name": "plan-verify",
-        "description": f"verification of a plan of {workload['preset']}",
+        "name": f"plan-verify-{purpose}",
+        "description": f"verification of a plan of {workload['preset']}: {purpose}",
         "command": "run",
         "timeout_s": options["cell_timeout"],
         "options": {
             "preset": workload["preset"],
             "precision": workload["precision"],
             "optimizer": workload["optimizer"],
-            "steps": options["steps"],
-            "warmup_steps": options["warmup_steps"],
             "device": document["config"]["profile"]["device"],
+            **steps,
             **dict(workload.get("overrides", ())),
-            **_memory_cap(document),
         },
         "include": [row["options"] for row in chosen],
     }
 
 
-def _memory_cap(document: dict) -> dict:
-    """On CPU each run is capped at the plan's capacity per rank: a run that needs more ends
-    as out of memory, and the cap maps large tensors on their own, so that the peak resident
-    set follows the live tensors instead of the heap's high-water mark."""
-    if document["config"]["profile"]["device"] != "cpu":
-        return {}
-    return {"memory_limit_per_rank": str(document["memory_capacity_bytes"])}
+def purposes(document: dict) -> tuple[str, ...]:
+    """The matrices a verification runs: on CPU timing and a capped memory run (a run that
+    needs more than the capacity ends as out of memory there); on a GPU one for both."""
+    return ("timing", "memory") if document["config"]["profile"]["device"] == "cpu" else ("both",)
 
 
 def verify(pm, document: dict, options: dict, output: str) -> dict:
@@ -91,14 +100,19 @@ def verify(pm, document: dict, options: dict, output: str) -> dict:
         raise UsageError(
             f"--verify-dir: {directory} holds another verification's runs; name a new folder"
         )
-    spec_path = directory.with_suffix(".toml")
-    spec_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(spec_path, tomli_w.dumps(matrix_spec(document, chosen, options)))
-    run_matrix(spec_path, directory, options["executor"], document["config"]["world"])
-    cells = {_settings(cell["cell"]): cell for cell in read_cells(directory)}
+    runs = {}
+    for purpose in purposes(document):
+        folder = directory / purpose
+        spec_path = directory / f"{purpose}.toml"
+        spec_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(spec_path, tomli_w.dumps(matrix_spec(document, chosen, options, purpose)))
+        run_matrix(spec_path, folder, options["executor"], document["config"]["world"])
+        runs[purpose] = {_settings(cell["cell"]): (cell, folder) for cell in read_cells(folder)}
     for row in chosen:
-        cell = cells.get(_settings_of(row["options"]))
-        row["measured"] = measurement(cell, directory) if cell else {"status": "not run"}
+        found = {
+            purpose: cells.get(_settings_of(row["options"])) for purpose, cells in runs.items()
+        }
+        row["measured"] = measurement(found)
         row["error"] = errors(row["predicted"], row["measured"])
     document["verification"] = summary(chosen, directory)
     return document
@@ -136,24 +150,30 @@ def read_cells(directory: Path) -> list[dict]:
     return matrix["cells"]
 
 
-def measurement(cell: dict, directory: Path) -> dict:
-    """What the run measured: the median step and its tokens/s, the peak memory and the model
-    state (summary means)."""
+def measurement(found: dict) -> dict:
+    """What the runs measured: the median step and its tokens/s (``timing`` or ``both``), the
+    peak memory and the model state (summary means; ``memory`` or ``both``). The status is
+    the first run's that did not end ok (``memory: oom``: it needs more than the capacity)."""
     import json
 
-    measured = {"status": cell["status"], "error": cell.get("error")}
-    if cell["status"] != "ok":
-        return measured
-    result = json.loads((directory / cell["result"]).read_text())
-    summary = result["summary"]
-    step_ms = median_step_ms(result)
-    tokens_per_step = result["trials"][0]["tokens_per_step"]
-    measured.update(
-        step_time_ms=step_ms,
-        tokens_per_s=tokens_per_step / step_ms * 1e3,
-        peak_memory_bytes=peak_memory(summary),
-        model_state_bytes=_mean(summary, "model_state_bytes_per_rank"),
-    )
+    measured: dict = {"status": "ok", "error": None}
+    for purpose, entry in found.items():
+        if entry is None:
+            return {"status": "not run", "error": f"{purpose}: no cell"}
+        cell, folder = entry
+        if cell["status"] != "ok":
+            return {"status": cell["status"], "error": f"{purpose}: {cell.get('error')}"}
+        result = json.loads((folder / cell["result"]).read_text())
+        if purpose in ("timing", "both"):
+            step_ms = median_step_ms(result)
+            tokens_per_step = result["trials"][0]["tokens_per_step"]
+            measured.update(step_time_ms=step_ms, tokens_per_s=tokens_per_step / step_ms * 1e3)
+        if purpose in ("memory", "both"):
+            summary = result["summary"]
+            measured.update(
+                peak_memory_bytes=peak_memory(summary),
+                model_state_bytes=_mean(summary, "model_state_bytes_per_rank"),
+            )
     return measured
 
 
