@@ -328,3 +328,21 @@ def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones
     assert (measured["peak_memory_bytes"], measured["model_state_bytes"]) == (700, 5)
     found["memory"] = ({"status": "oom", "error": "can't allocate"}, tmp_path)
     assert verify.measurement(found) == {"status": "oom", "error": "memory: can't allocate"}
+
+
+def test_deepspeed_buffers_follow_its_default_bucket_sizes():
+    """One fp32 copy of the gradients in ZeRO-1/2's reduce bucket; ZeRO-3 also keeps the
+    gathered parameters and a second gradient copy; buckets stop at DeepSpeed's sizes."""
+    from mtb_plan.step_model import Shape, buffer_bytes
+
+    layout = dict(tp=1, pp=1, cp=1, dp=2, dp_shard=2, dp_replicate=1, ep=1, sp=False)
+    steps = dict(micro_batch=1, accumulation=1, pipeline_microbatches=1, schedule=None)
+    rest = dict(checkpointing=False, per_node=2, syncs=1, stages=(4,), engine="zero")
+    workload = Workload.of("tiny", 2, "fp32", "adamw")
+    logits = workload.seq_len * workload.vocab_size * 4
+    zero2 = Shape(**layout, **steps, **rest, sharding="grads")
+    zero3 = Shape(**layout, **steps, **rest, sharding="full")
+    assert buffer_bytes(workload, zero2, 10**6) == logits + 4 * 10**6
+    assert buffer_bytes(workload, zero3, 10**6) == logits + 3 * 4 * 10**6
+    billions = 4 * 10**9
+    assert buffer_bytes(workload, zero3, billions) == logits + 4 * (10**9 + 2 * 5 * 10**8)
