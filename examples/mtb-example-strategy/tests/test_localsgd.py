@@ -93,6 +93,10 @@ def _two_rank_worker(rank: int, init_file: str) -> None:
         assert all(torch.all(p == 1.5) for p in model.parameters()), "sync at step 2"
         train(engine, 2)
         assert (engine.local_steps, engine.syncs) == (4, 2)
+        # both ranks done before either tears gloo down: one that leaves while its peer is
+        # still in a collective aborts it (SIGABRT, "terminate called without an active
+        # exception"), which once failed this test in CI
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
