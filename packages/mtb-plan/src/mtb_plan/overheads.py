@@ -5,10 +5,10 @@ calls, the step's own bookkeeping, and per mechanism the work of its
 machinery (FSDP's hooks and gathers, DeepSpeed's engine under ZeRO, DTensor's
 redistributions under tensor parallelism, the pipeline's schedule, the
 context-parallel ring's merges). On a GPU these hide behind the kernels of a
-real model; on a CPU, and for any small model, they decide the step. Calibrate measures them: the
-workload's layers and heads at a width where compute is negligible
-(``NANO``), one ``mtb run`` per mechanism on N ranks, and what the step
-model predicts for that run subtracted. ``base`` is the residual of plain
+real model; on a CPU, and for any small model, they decide the step.
+Calibrate measures them: the workload's layers and heads at a width where
+compute is negligible (``NANO``), one ``mtb run`` per mechanism on N ranks,
+and what the step model predicts for that run subtracted. ``base`` is the residual of plain
 data parallelism (one rank: ``single``); each other mechanism's is its run's
 residual less ``base`` and less the mechanisms that run also uses (an N-D
 layout on 4 ranks shards the rest with FSDP). An increment may be negative:
@@ -186,12 +186,13 @@ def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, tim
     from mtb.api import rank_parameter_count
 
     run = candidate(mechanism, ranks)
-    registry = {entry.name: entry for entry in pm.registry("strategy")}
+    strategies = pm.registry("strategy")
+    registry = {entry.name: entry for entry in strategies}
     if run is None or run.strategy not in registry:
         return None
     entry = registry[run.strategy]
     full = Workload.of(workload.preset, run.world_size, workload.precision, workload.optimizer)
-    checked = check(pm.registry("strategy"), run, full, profile.device)
+    checked = check(strategies, run, full, profile.device)
     if checked.refused:
         return None
     predicted = predict(checked, entry.item, full, profile)
@@ -258,6 +259,5 @@ def _full_how(mechanism: str) -> str:
     return (
         f"; per parameter byte: mtb run of the full-width workload on {strategy} {mesh or ''} at "
         f"one sequence per rank, its median step (the faster of {REPEATS} runs) less the step "
-        "model's prediction, per "
-        "micro-batch, over the rank's fp32 parameter bytes"
+        "model's prediction, per micro-batch, over the rank's fp32 parameter bytes"
     )

@@ -146,9 +146,9 @@ def sharding_of(strategy, layout) -> str:
 
 
 def engine_of(strategy, sharding: str) -> str:
-    """``zero`` for mtb's DeepSpeed strategies (zero1-3, one engine), ``fsdp`` for a strategy
-    whose parameters FSDP wraps, ``ddp`` otherwise: whose fixed costs a micro-batch pays."""
-    if strategy.name.startswith("zero"):
+    """``zero`` for a strategy that runs on DeepSpeed (it requires it: zero1-3), ``fsdp`` for
+    one whose parameters FSDP wraps, ``ddp`` otherwise: whose fixed costs a micro-batch pays."""
+    if "deepspeed" in getattr(strategy, "requires", ()):
         return "zero"
     return "fsdp" if sharding in ("full", "replicate") else "ddp"
 
