@@ -47,6 +47,16 @@ def wrap(model: torch.nn.Module, strategy: str) -> torch.nn.Module:
     return model
 
 
+def bare_step(model, optimizer, data, step: int) -> torch.Tensor:
+    """One training step of the bare loop; its loss."""
+    batch = data.batch(step, 0)
+    loss = model(batch.inputs, batch.targets)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
 def main(strategy: str, config_path: str, out: str) -> None:
     config = config_from_dict(json.loads(Path(config_path).read_text()))
     dist.init_process_group("gloo")
@@ -57,11 +67,7 @@ def main(strategy: str, config_path: str, out: str) -> None:
     optimizer, data = bare_optimizer_and_data(config, model, dp_rank=rank, dp_world_size=world)
     ends, loss = [], None
     for step in range(training.steps):
-        batch = data.batch(step, 0)
-        loss = model(batch.inputs, batch.targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = bare_step(model, optimizer, data, step)
         ends.append(time.perf_counter())
     mean_loss = loss.detach().clone()  # after the timed steps: the mean over ranks, as mtb's
     dist.all_reduce(mean_loss)

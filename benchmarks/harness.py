@@ -31,10 +31,15 @@ def rates(step_ends: list[float], warmup: int, tokens_per_step: int) -> dict:
     if warmup < 1:
         raise ValueError("the window needs at least one warmup step to start from")
     intervals = [b - a for a, b in zip(step_ends[warmup - 1 :], step_ends[warmup:], strict=False)]
+    return interval_rates([i * 1000.0 for i in intervals], tokens_per_step)
+
+
+def interval_rates(intervals_ms: list[float], tokens_per_step: int) -> dict:
+    """The rates of :func:`rates` from the measured steps' intervals themselves."""
     return {
-        "tokens_per_s": tokens_per_step * len(intervals) / sum(intervals),
-        "tokens_per_s_median_step": tokens_per_step / statistics.median(intervals),
-        "step_interval_ms": [i * 1000.0 for i in intervals],
+        "tokens_per_s": tokens_per_step * len(intervals_ms) * 1e3 / sum(intervals_ms),
+        "tokens_per_s_median_step": tokens_per_step * 1e3 / statistics.median(intervals_ms),
+        "step_interval_ms": intervals_ms,
     }
 
 

@@ -1,0 +1,24 @@
+"""The harness benchmark's arithmetic: interleaved steps split into the two sides."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from harness_distributed import interleaved_intervals
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_interleaved_steps_split_into_bare_steps_and_the_gaps_between_them():
+    """mtb's step k is the gap between bare steps k-1 and k; warmup steps of both are left out."""
+    # bare steps last 1 s each; mtb's steps (the gaps) 2, 3 and 4 s
+    stamps = [(10.0, 11.0), (13.0, 14.0), (17.0, 18.0), (22.0, 23.0)]
+    bare, mtb = interleaved_intervals(stamps, warmup=2)
+    assert bare == [1000.0, 1000.0]
+    assert mtb == [3000.0, 4000.0]
+    assert len(interleaved_intervals(stamps, warmup=1)[1]) == 3
+    with pytest.raises(ValueError, match="warmup"):
+        interleaved_intervals(stamps, warmup=0)
