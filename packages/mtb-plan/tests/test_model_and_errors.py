@@ -252,6 +252,10 @@ def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     assert candidate("tp", 4).mesh == {"tp": 2, "dp_shard": 2}
     assert candidate("cp", 2).mesh == {"cp": 2, "dp_shard": 1}
     assert candidate("pp", 3) is None
+    checkpointed = candidate("ac", 2)
+    assert checkpointed.activation_checkpointing and checkpointed.strategy == "ddp"
+    assert candidate("ac", 1).strategy == "single" and candidate("ac", 1).activation_checkpointing
+    assert not candidate("base", 2).activation_checkpointing
     flags = _flags({"tp": 2, "sequence_parallel": True, "activation_checkpointing": False})
     assert flags == ["--tp", "2", "--sequence-parallel", "--no-activation-checkpointing"]
 
@@ -310,6 +314,7 @@ def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones
     timing = verify.matrix_spec(document, [], options, "timing")["options"]
     memory = verify.matrix_spec(document, [], options, "memory")["options"]
     assert "memory_limit_per_rank" not in timing and timing["steps"] == 8
+    assert timing["repeat"] == verify.TIMING_TRIALS and "repeat" not in memory
     assert memory["memory_limit_per_rank"] == str(2**30) and memory["steps"] == 3
     gpu = {"config": {"workload": workload, "profile": {"device": "cuda"}}}
     assert verify.purposes(gpu) == ("both",)
@@ -346,3 +351,18 @@ def test_deepspeed_buffers_follow_its_default_bucket_sizes():
     assert buffer_bytes(workload, zero3, 10**6) == logits + 3 * 4 * 10**6
     billions = 4 * 10**9
     assert buffer_bytes(workload, zero3, billions) == logits + 4 * (10**9 + 2 * 5 * 10**8)
+
+
+def test_a_timed_run_counts_its_fastest_trial_and_checkpointing_pays_its_own_cost():
+    """Noise only ever slows a trial: the faster one's median is the step time, as in
+    calibration. A checkpointed layout pays the ``ac`` fixed cost beside ``base``."""
+    from types import SimpleNamespace
+
+    from mtb_plan.step_model import mechanisms
+
+    slowed = {"steps": [{"step_ms": ms} for ms in (30, 31, 29)]}
+    quiet = {"steps": [{"step_ms": ms} for ms in (21, 20, 40)]}
+    assert verify.median_step_ms({"trials": [slowed, quiet]}) == 21
+    shape = SimpleNamespace(engine="ddp", tp=1, sp=False, pp=1, cp=1, ep=1, checkpointing=True)
+    assert mechanisms(shape) == ("ac",)
+    assert mechanisms(SimpleNamespace(**{**vars(shape), "checkpointing": False})) == ()

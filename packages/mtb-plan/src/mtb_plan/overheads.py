@@ -4,7 +4,8 @@ A step costs more than its FLOPs, bytes and collectives: autograd, module
 calls, the step's own bookkeeping, and per mechanism the work of its
 machinery (FSDP's hooks and gathers, DeepSpeed's engine under ZeRO, DTensor's
 redistributions under tensor parallelism, the pipeline's schedule, the
-context-parallel ring's merges). On a GPU these hide behind the kernels of a
+context-parallel ring's merges, activation checkpointing's recomputed operator
+calls and its saved-tensor bookkeeping). On a GPU these hide behind the kernels of a
 real model; on a CPU, and for any small model, they decide the step.
 Calibrate measures them: the workload's layers and heads at a width where
 compute is negligible (``NANO``), one ``mtb run`` per mechanism on N ranks,
@@ -37,6 +38,7 @@ NANO_HEAD_WIDTH = 2
 #: mechanism -> (strategy, mesh beyond data parallelism, micro-batch), measured in this order
 LAYOUTS = {
     "base": ("ddp", {}, 1),
+    "ac": ("ddp", {}, 1),
     "fsdp": ("fsdp", {}, 1),
     "zero": ("zero2", {}, 1),
     "tp": ("nd", {"tp": 2}, 1),
@@ -45,6 +47,8 @@ LAYOUTS = {
     "cp": ("nd", {"cp": 2}, 1),
     "ep": ("ddp", {"ep": 2}, 1),
 }
+#: the mechanism measured on its layout with activation checkpointing on
+CHECKPOINTED = "ac"
 STEPS, WARMUP = 12, 4
 #: runs of each measurement; the fastest median is kept: on a shared machine a whole run can
 #: be slowed (one training-efficiency run came out 2.7 where the next plan's runs showed 1.3)
@@ -58,10 +62,16 @@ def nano_overrides(workload: Workload) -> dict:
 def candidate(mechanism: str, ranks: int) -> Candidate | None:
     """The run that measures ``mechanism`` on ``ranks`` ranks of one node, if it fits them."""
     strategy, mesh, micro_batch = LAYOUTS[mechanism]
+    checkpointing = mechanism == CHECKPOINTED
     if ranks == 1:
         return (
-            Candidate(strategy="single", nproc_per_node=1, micro_batch_size=1)
-            if mechanism == "base"
+            Candidate(
+                strategy="single",
+                nproc_per_node=1,
+                micro_batch_size=1,
+                activation_checkpointing=checkpointing,
+            )
+            if mechanism in ("base", CHECKPOINTED)
             else None
         )
     if strategy == "nd":
@@ -74,6 +84,7 @@ def candidate(mechanism: str, ranks: int) -> Candidate | None:
         nproc_per_node=ranks,
         parallel=tuple(sorted(mesh.items())),
         micro_batch_size=micro_batch,
+        activation_checkpointing=checkpointing,
     )
 
 
@@ -172,8 +183,10 @@ def _flags(options: dict) -> list[str]:
 def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict) -> str:
     strategy, mesh, micro_batch = LAYOUTS[mechanism]
     width = ", ".join(f"{key} {value}" for key, value in sorted(overrides.items()))
+    checkpointing = " with activation checkpointing" if mechanism == CHECKPOINTED else ""
     return (
-        f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''} on {ranks} rank(s), "
+        f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''}{checkpointing} on "
+        f"{ranks} rank(s), "
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, the faster of "
         f"{REPEATS} runs) less the step model's "
         "prediction for it, per micro-batch, less base and the other mechanisms it uses"

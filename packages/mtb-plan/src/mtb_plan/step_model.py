@@ -227,6 +227,7 @@ def mechanisms(shape: Shape) -> tuple[str, ...]:
         "pp": shape.pp > 1,
         "cp": shape.cp > 1,
         "ep": shape.ep > 1,
+        "ac": shape.checkpointing,
     }
     return tuple(name for name, on in active.items() if on)
 
