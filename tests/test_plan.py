@@ -110,6 +110,7 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
     measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}
     assert measured >= {("base", 1), ("base", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
+    assert measured >= {("ac", 1), ("ac", 2)}
     assert all(entry.training_efficiency >= 0.5 for entry in load(profile).compute)
     per_byte = {e.mechanism: e for e in load(profile).overhead if e.ranks_per_node == 2}
     for name in ("fsdp", "tp"):  # measured at full width
@@ -139,6 +140,10 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
         "memory_limit_per_rank" in specs["memory"]
         and "memory_limit_per_rank" not in specs["timing"]
     )
+    timing = tmp_path / "verify" / "timing"
+    cell = json.loads((timing / "matrix.json").read_text())["cells"][0]
+    trials = json.loads((timing / cell["result"]).read_text())["trials"]
+    assert len(trials) == 2  # the faster trial's median is the layout's step time
     summary = document["verification"]
     assert summary["verified"] == 3 and summary["predicted_best"] == verified[0]["label"]
     assert "rank" in planned.stdout and "plan written to" in planned.stdout
