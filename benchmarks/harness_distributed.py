@@ -85,25 +85,35 @@ def run_bare(args, config, tmp: Path) -> dict:
     return {**measured, "final_loss": done["final_loss"]}
 
 
-def run_mtb(args, config, tmp: Path) -> dict:
+def mtb_with_observer(args, config, tmp: Path, observer: str) -> tuple[dict, object]:
+    """``mtb run`` of ``config`` with only the strategies plugin and the benchmark's
+    ``observer`` module loaded: its first trial, and what the observer wrote."""
     from mtb import api
 
-    toml, stamps = tmp / "run.toml", tmp / "stamps.json"
+    toml, stamps = tmp / f"{observer}.toml", tmp / f"{observer}.json"
     toml.write_text(api.config_to_toml(config))
     env = child_env(
         args,
         MTB_LOAD_PLUGINS="strategies",
-        MTB_PLUGIN_MODULES="bench_stamps",
+        MTB_PLUGIN_MODULES=observer,
         MTB_BENCH_STAMPS=str(stamps),
     )
     _run([sys.executable, "-m", "mtb", "run", "--config", toml, "--overwrite"], env)
     trial = json.loads(Path(config.output).read_text())["trials"][0]
-    ends = json.loads(stamps.read_text())
+    return trial, json.loads(stamps.read_text())
+
+
+def reported(trial: dict) -> dict:
+    """What mtb's result says of its run, beside the benchmark's own rates."""
     return {
-        **rates(ends, config.training.warmup_steps, tokens_per_step(config)),
         "reported_tokens_per_s": trial["tokens_per_s"],
         "final_loss": trial["steps"][-1]["loss"],
     }
+
+
+def run_mtb(args, config, tmp: Path) -> dict:
+    trial, ends = mtb_with_observer(args, config, tmp, "bench_stamps")
+    return {**rates(ends, config.training.warmup_steps, tokens_per_step(config)), **reported(trial)}
 
 
 def run_interleaved(args, config, tmp: Path) -> tuple[dict, dict]:
@@ -114,28 +124,11 @@ def run_interleaved(args, config, tmp: Path) -> tuple[dict, dict]:
     (its loop's own work between steps included), bare step k from its start
     to its end.
     """
-    from mtb import api
-
-    toml, stamps = tmp / "interleaved.toml", tmp / "interleaved.json"
-    toml.write_text(api.config_to_toml(config))
-    env = child_env(
-        args,
-        MTB_LOAD_PLUGINS="strategies",
-        MTB_PLUGIN_MODULES="bench_interleaved",
-        MTB_BENCH_STAMPS=str(stamps),
-    )
-    _run([sys.executable, "-m", "mtb", "run", "--config", toml, "--overwrite"], env)
-    trial = json.loads(Path(config.output).read_text())["trials"][0]
-    done = json.loads(stamps.read_text())
+    trial, done = mtb_with_observer(args, config, tmp, "bench_interleaved")
     bare_ms, mtb_ms = interleaved_intervals(done["stamps"], config.training.warmup_steps)
     tokens = tokens_per_step(config)
     bare = {**interval_rates(bare_ms, tokens), "final_loss": done["final_loss"]}
-    mtb = {
-        **interval_rates(mtb_ms, tokens),
-        "reported_tokens_per_s": trial["tokens_per_s"],
-        "final_loss": trial["steps"][-1]["loss"],
-    }
-    return bare, mtb
+    return bare, {**interval_rates(mtb_ms, tokens), **reported(trial)}
 
 
 def interleaved_intervals(stamps: list, warmup: int) -> tuple[list[float], list[float]]:
