@@ -246,7 +246,12 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
 
 
 def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
-    from mtb_plan.overheads import _flags, candidate
+    from mtb_plan.overheads import LAYOUTS, _flags, candidate
+    from mtb_plan.profile import MECHANISMS, Overhead
+
+    assert tuple(LAYOUTS) == MECHANISMS  # every measured mechanism is one a profile may hold
+    for name in LAYOUTS:
+        Overhead(mechanism=name, ranks_per_node=2, per_micro_batch_s=0.0)
 
     assert candidate("base", 1).strategy == "single" and candidate("tp", 1) is None
     assert candidate("tp", 4).mesh == {"tp": 2, "dp_shard": 2}

@@ -101,7 +101,7 @@ class Curve:
 
 
 #: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
-MECHANISMS = ("base", "fsdp", "zero", "tp", "sp", "pp", "cp", "ep")
+MECHANISMS = ("base", "ac", "fsdp", "zero", "tp", "sp", "pp", "cp", "ep")
 
 
 @attrs.frozen(kw_only=True)
