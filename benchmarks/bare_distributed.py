@@ -27,7 +27,12 @@ def reduce_scatter_single(output_tensor, input_tensor, group, op, async_op=False
 
 
 def wrap(model: torch.nn.Module, strategy: str) -> torch.nn.Module:
-    """DDP, or fully_shard on each block then the root (mtb's fsdp layout)."""
+    """DDP, or fully_shard on each block then the root (mtb's fsdp layout).
+
+    Every unit, the root too, reshards after forward as mtb's fsdp does by default
+    (``fsdp_reshard_after_forward``); torch's own default would keep the root gathered
+    and spare the bare side one all-gather of the embeddings per step.
+    """
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -39,8 +44,8 @@ def wrap(model: torch.nn.Module, strategy: str) -> torch.nn.Module:
         __call__ = staticmethod(reduce_scatter_single)
 
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, reshard_after_forward=True)
+    fully_shard(model, reshard_after_forward=True)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_custom_reduce_scatter(SingleReduceScatter())
