@@ -147,8 +147,9 @@ def test_a_real_calibration_of_tiny_writes_a_loadable_profile(tmp_path):
     assert {c.collective for c in profile.comm} == set(curves.OPERATIONS)
     for curve in profile.comm:
         assert curve.bus_bandwidth_bytes_per_s > 0 and curve.latency_s >= 0 and curve.measured
-    # only core's `single` is installed here: the base cost at one rank, measured by running it
-    assert [(o.mechanism, o.ranks_per_node) for o in profile.overhead] == [("base", 1)]
+    # only core's `single` is installed here: the base cost at one rank, measured by running it,
+    # and activation checkpointing's on the same layout
+    assert [(o.mechanism, o.ranks_per_node) for o in profile.overhead] == [("base", 1), ("ac", 1)]
     assert (
         profile.overhead[0].per_micro_batch_s >= 0 and "mtb run of tiny" in profile.overhead[0].how
     )
