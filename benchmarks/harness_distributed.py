@@ -18,6 +18,7 @@ the window.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,8 +64,11 @@ def _run(command: list, env: dict) -> None:
 def _cause(done) -> str:
     """The line that says why: torchrun ends its report with a rule of ``=``, not a reason."""
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip().strip("=")]
-    said = [line for line in lines if "Error" in line or "exitcode" in line]
-    return (said or lines or ["no output"])[-1]
+    raised = [line for line in lines if re.match(r"[\w.]+(Error|Exception): \S", line)]
+    if raised:  # a rank's own exception, as its traceback ends
+        return raised[0]
+    exits = [line for line in lines if "exitcode" in line]
+    return (exits or lines or ["no output"])[-1]
 
 
 def tokens_per_step(config) -> int:

@@ -22,3 +22,21 @@ def test_interleaved_steps_split_into_bare_steps_and_the_gaps_between_them():
     assert len(interleaved_intervals(stamps, warmup=1)[1]) == 3
     with pytest.raises(ValueError, match="warmup"):
         interleaved_intervals(stamps, warmup=0)
+
+
+def test_a_failed_launch_is_named_by_the_ranks_exception_not_torchruns_rule():
+    """torchrun's report ends with a rule and its own ChildFailedError; the reason is the
+    rank's exception (or, without one, the exit code)."""
+    from types import SimpleNamespace
+
+    from harness_distributed import _cause
+
+    stderr = (
+        'Traceback (most recent call last):\n    raise ValueError("boom")\nValueError: boom\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "====\n  exitcode  : 1 (pid: 7)\n====\n"
+    )
+    assert _cause(SimpleNamespace(stderr=stderr)) == "ValueError: boom"
+    killed = "====\n  exitcode  : -9 (pid: 7)\n====\n"
+    assert _cause(SimpleNamespace(stderr=killed)) == "exitcode  : -9 (pid: 7)"
+    assert _cause(SimpleNamespace(stderr="")) == "no output"
