@@ -9,7 +9,7 @@ from mtb_strategies import context_parallel
 from mtb_strategies import mesh as meshes
 from mtb_strategies.expert_parallel import ExpertParallel, ExpertParallelEngine
 from mtb_strategies.fsdp_engine import FSDPEngine, shard
-from mtb_strategies.tensor_parallel import parallelize, reduce_partial_grads
+from mtb_strategies.tensor_parallel import parallelize, place_grads_like_params
 from mtb_strategies.tp_collectives import CollectiveCounter
 
 
@@ -82,10 +82,12 @@ class NDEngine(FSDPEngine):
         with self.counting():
             super().backward(loss)
 
-    def grad_norm(self):
+    def forward_backward(self, batches, hooks):
+        """The step's micro-batches, then each gradient placed as its parameter (tp)."""
+        loss = super().forward_backward(batches, hooks)
         with self.counting():
-            reduce_partial_grads(self.model)
-        return super().grad_norm()
+            place_grads_like_params(self.model)
+        return loss
 
     def optimizer_step(self, max_grad_norm=None, grad_norm=None):
         info = super().optimizer_step(max_grad_norm, grad_norm)

@@ -6,7 +6,7 @@ from mtb_strategies import context_parallel
 from mtb_strategies import mesh as meshes
 from mtb_strategies.fsdp_engine import shard
 from mtb_strategies.pipeline_engine import PipelineEngine
-from mtb_strategies.tensor_parallel import parallelize, reduce_partial_grads
+from mtb_strategies.tensor_parallel import parallelize, place_grads_like_params
 
 
 class NDPipelineEngine(PipelineEngine):
@@ -59,4 +59,4 @@ class NDPipelineEngine(PipelineEngine):
         return contextlib.nullcontext() if self.sharded else super().autocast()
 
     def prepare_gradients(self) -> None:
-        reduce_partial_grads(self.model)
+        place_grads_like_params(self.model)

@@ -140,7 +140,7 @@ class PipelineEngine(Engine):
         return self.agree(losses)
 
     def prepare_gradients(self) -> None:
-        """Make the gradients whole before their norm is taken (tp's partial ones)."""
+        """Place each gradient as its parameter before the norm is taken (tp's, see nd)."""
 
     def tied_parameter(self):
         """This rank's copy of the tied embedding: the first stage's, or the last's head."""

@@ -122,15 +122,20 @@ def parallelize(module: nn.Module, tp_mesh, sequence_parallel: bool) -> nn.Modul
     return module
 
 
-def reduce_partial_grads(module: nn.Module) -> None:
-    """Sum the gradients torch leaves partial on the tp ranks into replicas.
+def place_grads_like_params(module: nn.Module) -> None:
+    """Give every gradient its parameter's placements, once per step.
 
-    The sequence-parallel norms' weights are replicated but each rank's
-    gradient covers only its sequence shard (a Partial DTensor): summed here,
-    once per step, before the gradient norm and the optimizer read them.
+    Two gradients come back from torch placed otherwise than their weights:
+    the sequence-parallel norms' weights are replicated but each rank's
+    gradient covers only its sequence shard (Partial: summed here), and a
+    vocabulary-split embedding's gradient comes back whole on every tp rank
+    (Replicate: each keeps its own rows, no communication). Done before the
+    gradient norm and the optimizer read them, so a rank holds and updates
+    only its share.
     """
     for param in module.parameters():
-        placements = getattr(param.grad, "placements", ())
-        if any(p.is_partial() for p in placements):
-            whole = [Replicate() if p.is_partial() else p for p in placements]
-            param.grad = param.grad.redistribute(placements=whole)
+        grad, placements = param.grad, getattr(param, "placements", None)
+        if grad is None or placements is None:
+            continue
+        if tuple(grad.placements) != tuple(placements):
+            param.grad = grad.redistribute(placements=placements)
