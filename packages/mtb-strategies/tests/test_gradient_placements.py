@@ -13,8 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import RowwiseParallel, SequenceParallel
-from torch.distributed.tensor.parallel import parallelize_module
+from torch.distributed.tensor.parallel import RowwiseParallel, SequenceParallel, parallelize_module
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from mtb_strategies.tensor_parallel import place_grads_like_params
