@@ -245,6 +245,43 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
         profile.overhead_s(("tp", "pp"), 1)
 
 
+def test_a_pipeline_pays_fsdp_once_a_step_and_calibration_inverts_that():
+    from types import SimpleNamespace
+
+    from mtb_plan.overheads import _increment
+    from mtb_plan.profile import Overhead
+    from mtb_plan.step_model import fixed_costs_s
+
+    costs = {"base": 0.010, "fsdp": 0.040, "pp": -0.002}
+    profile = cpu_profile(
+        overhead=tuple(
+            Overhead(mechanism=name, ranks_per_node=4, per_micro_batch_s=seconds)
+            for name, seconds in costs.items()
+        )
+    )
+
+    def shape(pp, accumulation):
+        return SimpleNamespace(
+            accumulation=accumulation,
+            pp=pp,
+            per_node=4,
+            engine="fsdp",
+            tp=1,
+            sp=False,
+            cp=1,
+            ep=1,
+            checkpointing=False,
+        )
+
+    # four micro-batches: without a pipeline FSDP's cost each time, with one only once
+    assert fixed_costs_s(shape(1, 4), profile, 0) == pytest.approx(4 * (0.010 + 0.040))
+    assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(4 * 0.008 + 0.040)
+    # a calibration run's residual gives back the cost its mechanism was given
+    residual = fixed_costs_s(shape(2, 2), profile, 0)
+    assert _increment("pp", residual, shape(2, 2), costs) == pytest.approx(-0.002)
+    assert _increment("fsdp", 4 * 0.050, shape(1, 4), costs) == pytest.approx(0.040)
+
+
 def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     from mtb_plan.overheads import LAYOUTS, _flags, candidate
     from mtb_plan.profile import MECHANISMS, Overhead

@@ -12,9 +12,10 @@ compute is negligible (``NANO``), one ``mtb run`` per mechanism on N ranks,
 and what the step model predicts for that run subtracted. ``base`` is the residual of plain
 data parallelism (one rank: ``single``); each other mechanism's is its run's
 residual less ``base`` and less the mechanisms that run also uses (an N-D
-layout on 4 ranks shards the rest with FSDP). An increment may be negative:
-a pipeline's micro-batches share FSDP's gathers, so pp with FSDP costs less
-per micro-batch than FSDP alone; the sum for a layout is never below 0.
+layout on 4 ranks shards the rest with FSDP), each paid per micro-batch or
+once a step as the step model pays it (FSDP under a pipeline: once, since
+torch's pipeline stage defers its reshard and reduction to the last
+backward). An increment may be negative; the sum for a layout is never below 0.
 """
 
 import json
@@ -28,7 +29,7 @@ import attrs
 from mtb.api import UsageError
 from mtb_plan.layouts import Candidate, check
 from mtb_plan.profile import Overhead
-from mtb_plan.step_model import Shape, mechanisms, predict
+from mtb_plan.step_model import Shape, fixed_cost_split, predict
 from mtb_plan.verify import median_step_ms
 from mtb_plan.workload import Workload
 
@@ -91,23 +92,33 @@ def candidate(mechanism: str, ranks: int) -> Candidate | None:
 def measure(
     pm, workload: Workload, ranks: int, profile, timeout_s: float, progress
 ) -> list[Overhead]:
-    """Every mechanism's fixed cost per micro-batch at ``ranks`` ranks per node."""
+    """Every mechanism's fixed cost per micro-batch at ``ranks`` ranks per node.
+
+    The ``REPEATS`` runs of each mechanism are taken in separate passes over
+    all of them, so a slow stretch of a shared machine falls on one run of
+    several mechanisms, not on every run of one (which then carries it into
+    every layout that uses it, and with the opposite sign into the next
+    mechanism measured on top of it).
+    """
     overrides = nano_overrides(workload)
+    runs = {
+        mechanism: found
+        for mechanism in LAYOUTS
+        if mechanism != "ep" or workload.moe_experts
+        if (found := _nano_run(pm, workload, overrides, mechanism, ranks, profile)) is not None
+    }
+    fastest: dict[str, float] = {}
+    for attempt in range(REPEATS):
+        for mechanism, (run, nano, _, _) in runs.items():
+            pass_of = f"run {attempt + 1} of {REPEATS}"
+            progress(f"overhead of {mechanism} at {ranks} rank(s) per node, {pass_of}")
+            seconds = _one_run_s(run, nano, profile.device, timeout_s)
+            fastest[mechanism] = min(seconds, fastest.get(mechanism, seconds))
     increments: dict[str, float] = {}
-    for mechanism in LAYOUTS:
-        if mechanism == "ep" and not workload.moe_experts:
-            continue
-        run = candidate(mechanism, ranks)
-        if run is None:
-            continue
-        progress(f"overhead of {mechanism} at {ranks} rank(s) per node")
-        residual = _residual(pm, workload, overrides, run, profile, timeout_s)
-        if residual is None:
-            continue
-        residual, used = residual
-        others = sum(increments.get(name, 0.0) for name in used if name != mechanism)
-        base = increments.get("base", 0.0) if mechanism != "base" else 0.0
-        increments[mechanism] = residual - base - others
+    for mechanism, (_, _, predicted_s, shape) in runs.items():
+        increments[mechanism] = _increment(
+            mechanism, fastest[mechanism] - predicted_s, shape, increments
+        )
     return [
         Overhead(
             mechanism=name,
@@ -119,10 +130,25 @@ def measure(
     ]
 
 
-def _residual(pm, workload, overrides, run: Candidate, profile, timeout_s):
-    """(measured - predicted seconds per micro-batch, the run's mechanisms), or None if refused."""
+def _increment(mechanism: str, residual_s: float, shape: Shape, known: dict) -> float:
+    """``mechanism``'s fixed cost from its run's residual, less base and the mechanisms
+    measured before it, each paid per micro-batch or once a step as the step model pays it."""
+    per_micro, once = fixed_cost_split(shape)
+
+    def others(names) -> float:
+        return sum(known.get(name, 0.0) for name in names if name != mechanism)
+
+    base = known.get("base", 0.0) if mechanism != "base" else 0.0
+    rest = residual_s - shape.accumulation * (base + others(per_micro)) - others(once)
+    return rest / (1 if mechanism in once else shape.accumulation)
+
+
+def _nano_run(pm, workload, overrides, mechanism: str, ranks: int, profile):
+    """(run, its nano workload, the step model's seconds for it, its shape) of ``mechanism``'s
+    calibration layout, or None where it does not fit the ranks or is refused."""
+    run = candidate(mechanism, ranks)
     registry = pm.registry("strategy")
-    if run.strategy not in {entry.name for entry in registry}:
+    if run is None or run.strategy not in {entry.name for entry in registry}:
         return None
     entry = next(entry for entry in registry if entry.name == run.strategy)
     shards = run.world_size // (
@@ -138,11 +164,9 @@ def _residual(pm, workload, overrides, run: Candidate, profile, timeout_s):
     checked = check(registry, run, nano, profile.device)
     if checked.refused:
         return None
-    shape = Shape.of(checked, entry.item)
     bare = attrs.evolve(profile, overhead=())
     predicted = predict(checked, entry.item, nano, bare).step_time_ms / 1e3
-    measured = _step_s(run, nano, profile.device, timeout_s)
-    return (measured - predicted) / shape.accumulation, mechanisms(shape)
+    return run, nano, predicted, Shape.of(checked, entry.item)
 
 
 def _step_s(run: Candidate, workload: Workload, device: str, timeout_s: float) -> float:
@@ -188,7 +212,7 @@ def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict) -> str
         f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''}{checkpointing} on "
         f"{ranks} rank(s), "
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, the faster of "
-        f"{REPEATS} runs) less the step model's "
+        f"{REPEATS} runs, each in its own pass over the mechanisms) less the step model's "
         "prediction for it, per micro-batch, less base and the other mechanisms it uses"
     )
 

@@ -171,20 +171,26 @@ class Profile:
         )
 
     def overhead_s(
-        self, mechanisms: tuple[str, ...], ranks_per_node: int, parameter_bytes: float = 0.0
+        self,
+        mechanisms: tuple[str, ...],
+        ranks_per_node: int,
+        parameter_bytes: float = 0.0,
+        base: bool = True,
     ) -> float:
-        """A micro-batch's cost for these mechanisms beyond compute and collectives: each one's
-        fixed cost and its cost per parameter byte (0 in a profile without overheads)."""
+        """A micro-batch's cost for these mechanisms (and ``base``) beyond compute and
+        collectives: each one's fixed cost and its cost per parameter byte (0 in a profile
+        without overheads)."""
         known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
-        if not self.overhead:
+        if not self.overhead or not (base or mechanisms):
             return 0.0
-        missing = [name for name in ("base", *mechanisms) if name not in known]
+        names = ("base", *mechanisms) if base else tuple(mechanisms)
+        missing = [name for name in names if name not in known]
         if missing:
             raise UsageError(
                 f"profile {self.name!r}: no {missing[0]} overhead at {ranks_per_node} rank(s) "
                 f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
             )
-        entries = [known[name] for name in ("base", *mechanisms)]
+        entries = [known[name] for name in names]
         fixed = sum(e.per_micro_batch_s for e in entries)
         return max(0.0, fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries))
 

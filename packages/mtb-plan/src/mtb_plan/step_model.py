@@ -174,9 +174,7 @@ def predict(checked, strategy, workload, profile) -> Prediction:
     bubble_s = pipeline_s(micro_compute, shape, compute) - compute_s
     exposed = exposed_comm_s(comm, compute_s, compute)
     optimizer_s = states["optimizer_state"] * 2 / compute.optimizer_bytes_per_s
-    overhead_s = shape.accumulation * profile.overhead_s(
-        mechanisms(shape), shape.per_node, 4 * parameters
-    )
+    overhead_s = fixed_costs_s(shape, profile, 4 * parameters)
     step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s + overhead_s
     terms = {"compute_s": compute_s, "exposed": exposed, "bubble_s": bubble_s}
     terms.update(optimizer_s=optimizer_s, overhead_s=overhead_s, step_s=step_s)
@@ -230,6 +228,27 @@ def mechanisms(shape: Shape) -> tuple[str, ...]:
         "ac": shape.checkpointing,
     }
     return tuple(name for name, on in active.items() if on)
+
+
+#: mechanisms a pipeline pays once a step, not per micro-batch: torch's pipeline stage keeps
+#: an FSDP stage's parameters gathered and its gradients unreduced until the last backward
+ONCE_PER_PIPELINE_STEP = ("fsdp",)
+
+
+def fixed_cost_split(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """This layout's mechanisms as (paid every micro-batch, paid once a step); base aside."""
+    once = ONCE_PER_PIPELINE_STEP if shape.pp > 1 else ()
+    used = mechanisms(shape)
+    return tuple(n for n in used if n not in once), tuple(n for n in used if n in once)
+
+
+def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
+    """The step's fixed costs: base and most mechanisms per micro-batch, some once a step."""
+    per_micro, once = fixed_cost_split(shape)
+    ranks = shape.per_node
+    return shape.accumulation * profile.overhead_s(
+        per_micro, ranks, parameter_bytes
+    ) + profile.overhead_s(once, ranks, parameter_bytes, base=False)
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
