@@ -105,7 +105,8 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     profile = tmp_path / "cpu.toml"
     calibrated = mtb(
         "plan", "calibrate", "--preset", "tiny", "--micro-batch", "1,2", "--comm-sizes",
-        "4K,64K", "--nproc-per-node", "1,2", "--device", "cpu", "--output", profile, timeout=400,
+        "4K,64K", "--nproc-per-node", "1,2", "--device", "cpu", "--repeats", "1",
+        "--output", profile, timeout=400,
     )  # fmt: skip
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
     measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}

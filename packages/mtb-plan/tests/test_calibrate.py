@@ -131,7 +131,7 @@ except MtbError as error:
 @pytest.mark.slow(reason="operators timed at 1 then 2 ranks and one mtb comm run: ~40 s")
 def test_a_real_calibration_of_tiny_writes_a_loadable_profile(tmp_path):
     args = ["--preset", "tiny", "--micro-batch", "1", "--nproc-per-node", "1,2"]
-    args += ["--device", "cpu", "--comm-sizes", "4K,64K", "--timeout", "100"]
+    args += ["--device", "cpu", "--comm-sizes", "4K,64K", "--timeout", "100", "--repeats", "1"]
     done = run(["-c", CALIBRATE, *args, "--output", "p.toml"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "operators at 2 rank(s) per node" in done.stderr
@@ -150,8 +150,8 @@ def test_a_real_calibration_of_tiny_writes_a_loadable_profile(tmp_path):
     # only core's `single` is installed here: the base cost at one rank, measured by running it,
     # and activation checkpointing's on the same layout
     assert [(o.mechanism, o.ranks_per_node) for o in profile.overhead] == [("base", 1), ("ac", 1)]
-    assert (
-        profile.overhead[0].per_micro_batch_s >= 0 and "mtb run of tiny" in profile.overhead[0].how
-    )
+    base = profile.overhead[0]
+    assert base.per_micro_batch_s >= 0 and "mtb run of tiny" in base.how and "one run" in base.how
+    assert "overhead of ac at 1 rank(s) per node, run 1 of 1" in done.stderr
     document = json.loads((tmp_path / "p-comm-2.json").read_text())  # the evidence is kept
     assert document["kind"] == "comm"

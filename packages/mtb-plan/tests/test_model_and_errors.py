@@ -282,6 +282,34 @@ def test_a_pipeline_pays_fsdp_once_a_step_and_calibration_inverts_that():
     assert _increment("fsdp", 4 * 0.050, shape(1, 4), costs) == pytest.approx(0.040)
 
 
+def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypatch):
+    """The repeats of the fixed-cost runs alternate over the mechanisms, so a slow stretch of
+    the machine falls on one run of several, and the fastest of a mechanism's runs counts."""
+    from mtb_plan import overheads
+
+    launched = []
+    seconds = iter([0.9, 0.5, 0.2, 0.7])  # base, ac, base, ac
+
+    def one_run(run, workload, device, timeout_s):
+        launched.append("ac" if run.activation_checkpointing else "base")
+        return next(seconds)
+
+    monkeypatch.setattr(overheads, "_one_run_s", one_run)
+    pm, workload, profile = (
+        get_plugin_manager(),
+        Workload.of("tiny", 1, "fp32", "adamw"),
+        cpu_profile(),
+    )
+    runs = overheads.Runs(repeats=2)
+    found = {e.mechanism: e for e in overheads.measure(pm, workload, 1, profile, runs, print)}
+    assert launched == ["base", "ac", "base", "ac"]
+    nano = overheads.nano_overrides(workload)
+    base_s, ac_s = (overheads._nano_run(pm, workload, nano, m, 1, profile)[2] for m in launched[:2])
+    assert found["base"].per_micro_batch_s == pytest.approx(0.2 - base_s)
+    assert found["ac"].per_micro_batch_s == pytest.approx(0.5 - ac_s - (0.2 - base_s))
+    assert "the fastest of 2 runs, each in its own pass" in found["ac"].how
+
+
 def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     from mtb_plan.overheads import LAYOUTS, _flags, candidate
     from mtb_plan.profile import MECHANISMS, Overhead

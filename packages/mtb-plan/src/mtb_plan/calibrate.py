@@ -203,11 +203,13 @@ def calibrate(
     comm_prefix: str | Path = "plan-profile",
     progress: Callable[[str], None] = lambda line: None,
     measure_overheads: bool = True,
+    repeats: int = overheads.REPEATS,
 ) -> Profile:
     """Measure every figure the step model needs for ``preset`` on this machine.
 
     ``comm_prefix``: the ``mtb comm`` documents are kept as PREFIX-comm-N.json,
-    evidence beside the profile.
+    evidence beside the profile. ``repeats``: runs of each fixed-cost and full-width
+    measurement, the fastest kept.
     """
     from mtb.api import distributed
 
@@ -245,23 +247,24 @@ def calibrate(
     from mtb.api import get_plugin_manager
 
     pm = get_plugin_manager()
+    runs = overheads.Runs(timeout_s=timeout_s, repeats=repeats)
     found = [
         entry
         for nproc in ranks_per_node
-        for entry in overheads.measure(pm, workload, nproc, profile, timeout_s, progress)
+        for entry in overheads.measure(pm, workload, nproc, profile, runs, progress)
     ]
     profile = attrs.evolve(profile, overhead=tuple(found))
     efficient = [
         attrs.evolve(
             entry,
             training_efficiency=overheads.training_efficiency(
-                pm, workload, entry.ranks_per_node, profile, timeout_s, progress
+                pm, workload, entry.ranks_per_node, profile, runs, progress
             ),
         )
         for entry in profile.compute
     ]
     profile = attrs.evolve(profile, compute=tuple(efficient))
-    return overheads.with_parameter_costs(pm, workload, profile, timeout_s, progress)
+    return overheads.with_parameter_costs(pm, workload, profile, runs, progress)
 
 
 RUNTIME_HOW = (

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from mtb.api import UsageError
+from mtb_plan.overheads import REPEATS
 from mtb_plan.workload import PRECISIONS
 
 WIDTH = 120  # the tables' natural width, kept when stdout is not a terminal
@@ -172,6 +173,14 @@ def summary(profile):
     show_default=True,
     help="measure each mechanism's fixed cost (one tiny-width mtb run per mechanism and N)",
 )
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1, max=20),
+    default=REPEATS,
+    show_default=True,
+    help="runs of each fixed-cost and full-width measurement, the fastest kept (more on a "
+    "busy machine)",
+)
 def calibrate_command(
     preset,
     micro_batch,
@@ -183,6 +192,7 @@ def calibrate_command(
     output,
     timeout_s,
     overheads,
+    repeats,
 ):
     """Measure this machine's device profile for the workload: operators and collectives.
 
@@ -223,6 +233,7 @@ def calibrate_command(
         comm_prefix=str(Path(output).with_suffix("")),
         progress=lambda line: progress.print(f"mtb plan calibrate: {line}"),
         measure_overheads=overheads,
+        repeats=repeats,
     )
     write_atomic(output, to_toml(profile))
     console = stdout if stdout.is_terminal else plain_console(width=WIDTH)

@@ -56,6 +56,15 @@ STEPS, WARMUP = 12, 4
 REPEATS = 2
 
 
+@attrs.frozen
+class Runs:
+    """How each calibration run is launched: its time limit, and how many times it is run
+    (the fastest median kept)."""
+
+    timeout_s: float = 600.0
+    repeats: int = REPEATS
+
+
 def nano_overrides(workload: Workload) -> dict:
     return {**NANO, "d_model": NANO_HEAD_WIDTH * workload.n_heads}
 
@@ -89,33 +98,31 @@ def candidate(mechanism: str, ranks: int) -> Candidate | None:
     )
 
 
-def measure(
-    pm, workload: Workload, ranks: int, profile, timeout_s: float, progress
-) -> list[Overhead]:
+def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -> list[Overhead]:
     """Every mechanism's fixed cost per micro-batch at ``ranks`` ranks per node.
 
-    The ``REPEATS`` runs of each mechanism are taken in separate passes over
+    The ``runs.repeats`` runs of each mechanism are taken in separate passes over
     all of them, so a slow stretch of a shared machine falls on one run of
     several mechanisms, not on every run of one (which then carries it into
     every layout that uses it, and with the opposite sign into the next
     mechanism measured on top of it).
     """
     overrides = nano_overrides(workload)
-    runs = {
+    layouts = {
         mechanism: found
         for mechanism in LAYOUTS
         if mechanism != "ep" or workload.moe_experts
         if (found := _nano_run(pm, workload, overrides, mechanism, ranks, profile)) is not None
     }
     fastest: dict[str, float] = {}
-    for attempt in range(REPEATS):
-        for mechanism, (run, nano, _, _) in runs.items():
-            pass_of = f"run {attempt + 1} of {REPEATS}"
+    for attempt in range(runs.repeats):
+        for mechanism, (run, nano, _, _) in layouts.items():
+            pass_of = f"run {attempt + 1} of {runs.repeats}"
             progress(f"overhead of {mechanism} at {ranks} rank(s) per node, {pass_of}")
-            seconds = _one_run_s(run, nano, profile.device, timeout_s)
+            seconds = _one_run_s(run, nano, profile.device, runs.timeout_s)
             fastest[mechanism] = min(seconds, fastest.get(mechanism, seconds))
     increments: dict[str, float] = {}
-    for mechanism, (_, _, predicted_s, shape) in runs.items():
+    for mechanism, (_, _, predicted_s, shape) in layouts.items():
         increments[mechanism] = _increment(
             mechanism, fastest[mechanism] - predicted_s, shape, increments
         )
@@ -124,7 +131,7 @@ def measure(
             mechanism=name,
             ranks_per_node=ranks,
             per_micro_batch_s=seconds,
-            how=_how(name, ranks, workload, overrides),
+            how=_how(name, ranks, workload, overrides, runs.repeats),
         )
         for name, seconds in increments.items()
     ]
@@ -169,10 +176,10 @@ def _nano_run(pm, workload, overrides, mechanism: str, ranks: int, profile):
     return run, nano, predicted, Shape.of(checked, entry.item)
 
 
-def _step_s(run: Candidate, workload: Workload, device: str, timeout_s: float) -> float:
+def _step_s(run: Candidate, workload: Workload, device: str, runs: Runs) -> float:
     """The median measured step of ``mtb run`` with the candidate's options, in seconds: the
-    fastest of ``REPEATS`` runs (noise on a shared machine only ever slows a run)."""
-    return min(_one_run_s(run, workload, device, timeout_s) for _ in range(REPEATS))
+    fastest of ``runs.repeats`` runs (noise on a shared machine only ever slows a run)."""
+    return min(_one_run_s(run, workload, device, runs.timeout_s) for _ in range(runs.repeats))
 
 
 def _one_run_s(run: Candidate, workload: Workload, device: str, timeout_s: float) -> float:
@@ -204,20 +211,24 @@ def _flags(options: dict) -> list[str]:
     return flags
 
 
-def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict) -> str:
+def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict, repeats: int) -> str:
     strategy, mesh, micro_batch = LAYOUTS[mechanism]
     width = ", ".join(f"{key} {value}" for key, value in sorted(overrides.items()))
     checkpointing = " with activation checkpointing" if mechanism == CHECKPOINTED else ""
     return (
         f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''}{checkpointing} on "
         f"{ranks} rank(s), "
-        f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, the faster of "
-        f"{REPEATS} runs, each in its own pass over the mechanisms) less the step model's "
+        f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, {_fastest(repeats)}, "
+        "each in its own pass over the mechanisms) less the step model's "
         "prediction for it, per micro-batch, less base and the other mechanisms it uses"
     )
 
 
-def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, timeout_s):
+def _fastest(repeats: int) -> str:
+    return "one run" if repeats == 1 else f"the fastest of {repeats} runs"
+
+
+def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, runs: Runs):
     """(prediction, measured step ms, shape, rank's parameters) of the full-width workload at
     one sequence per rank on ``mechanism``'s calibration layout; None where it is refused."""
     from mtb.api import rank_parameter_count
@@ -233,13 +244,13 @@ def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, tim
     if checked.refused:
         return None
     predicted = predict(checked, entry.item, full, profile)
-    measured_ms = _step_s(run, full, profile.device, timeout_s) * 1e3
+    measured_ms = _step_s(run, full, profile.device, runs) * 1e3
     shape = Shape.of(checked, entry.item)
     parameters = rank_parameter_count(checked.config.model, shape.tp, shape.pp)
     return predicted, measured_ms, shape, parameters
 
 
-def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, progress) -> float:
+def training_efficiency(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -> float:
     """Measured compute of the real workload in a training step over the operators' prediction.
 
     The full-width workload at one sequence per rank on plain data parallelism
@@ -248,7 +259,7 @@ def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, 
     compute the operator figures predict. 1 where the run is refused here.
     """
     progress(f"training efficiency at {ranks} rank(s) per node: {workload.preset}")
-    found = _full_width(pm, workload, "base", ranks, profile, timeout_s)
+    found = _full_width(pm, workload, "base", ranks, profile, runs)
     if found is None:
         return 1.0
     predicted, measured_ms, _, _ = found
@@ -260,7 +271,7 @@ def training_efficiency(pm, workload: Workload, ranks: int, profile, timeout_s, 
 PER_BYTE = ("fsdp", "zero", "tp")
 
 
-def with_parameter_costs(pm, workload: Workload, profile, timeout_s, progress):
+def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
     """The profile with each ``PER_BYTE`` mechanism's cost per parameter byte measured.
 
     The fixed cost, measured at a negligible width, misses what grows with the
@@ -278,23 +289,23 @@ def with_parameter_costs(pm, workload: Workload, profile, timeout_s, progress):
                 continue
             ranks = entry.ranks_per_node
             progress(f"{mechanism} per parameter byte at {ranks} rank(s) per node")
-            found = _full_width(pm, workload, mechanism, ranks, profile, timeout_s)
+            found = _full_width(pm, workload, mechanism, ranks, profile, runs)
             if found is None:
                 continue
             predicted, measured_ms, shape, parameters = found
             residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / shape.accumulation
             per_byte = max(0.0, residual_s / (4 * parameters))
-            how = entry.how + _full_how(mechanism)
+            how = entry.how + _full_how(mechanism, runs.repeats)
             entries = list(profile.overhead)
             entries[index] = attrs.evolve(entry, per_parameter_byte_s=per_byte, how=how)
             profile = attrs.evolve(profile, overhead=tuple(entries))
     return profile
 
 
-def _full_how(mechanism: str) -> str:
+def _full_how(mechanism: str, repeats: int) -> str:
     strategy, mesh, _ = LAYOUTS[mechanism]
     return (
         f"; per parameter byte: mtb run of the full-width workload on {strategy} {mesh or ''} at "
-        f"one sequence per rank, its median step (the faster of {REPEATS} runs) less the step "
+        f"one sequence per rank, its median step ({_fastest(repeats)}) less the step "
         "model's prediction, per micro-batch, over the rank's fp32 parameter bytes"
     )
