@@ -2,6 +2,7 @@
 
 import math
 
+import attrs
 import pytest
 
 from mtb.api import UsageError, get_plugin_manager, resolve_config
@@ -245,20 +246,20 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
         profile.overhead_s(("tp", "pp"), 1)
 
 
-def test_a_pipeline_pays_fsdp_once_a_step_and_calibration_inverts_that():
+def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     from types import SimpleNamespace
 
     from mtb_plan.overheads import _increment
     from mtb_plan.profile import Overhead
-    from mtb_plan.step_model import fixed_costs_s
+    from mtb_plan.step_model import fixed_costs_s, micro_batches_paid
 
     costs = {"base": 0.010, "fsdp": 0.040, "pp": -0.002}
-    profile = cpu_profile(
-        overhead=tuple(
-            Overhead(mechanism=name, ranks_per_node=4, per_micro_batch_s=seconds)
-            for name, seconds in costs.items()
-        )
+    entries = tuple(
+        Overhead(mechanism=name, ranks_per_node=4, per_micro_batch_s=seconds)
+        for name, seconds in costs.items()
     )
+    compute = attrs.evolve(cpu_profile().compute[0], ranks_per_node=4, solo_speedup=1.0)
+    profile = cpu_profile(overhead=entries, compute=(compute,))
 
     def shape(pp, accumulation):
         return SimpleNamespace(
@@ -271,15 +272,19 @@ def test_a_pipeline_pays_fsdp_once_a_step_and_calibration_inverts_that():
             cp=1,
             ep=1,
             checkpointing=False,
+            stages=(2,) * pp,
         )
 
-    # four micro-batches: without a pipeline FSDP's cost each time, with one only once
+    # four micro-batches without a pipeline: every cost each time
     assert fixed_costs_s(shape(1, 4), profile, 0) == pytest.approx(4 * (0.010 + 0.040))
-    assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(4 * 0.008 + 0.040)
+    # with two stages: FSDP once; each stage half the blocks' machinery over 4 + 2 - 1 slots
+    assert micro_batches_paid(shape(2, 4), compute) == pytest.approx(0.5 * 5)
+    assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(2.5 * 0.008 + 0.040)
     # a calibration run's residual gives back the cost its mechanism was given
+    paid = micro_batches_paid(shape(2, 2), compute)
     residual = fixed_costs_s(shape(2, 2), profile, 0)
-    assert _increment("pp", residual, shape(2, 2), costs) == pytest.approx(-0.002)
-    assert _increment("fsdp", 4 * 0.050, shape(1, 4), costs) == pytest.approx(0.040)
+    assert _increment("pp", residual, shape(2, 2), costs, paid) == pytest.approx(-0.002)
+    assert _increment("fsdp", 4 * 0.050, shape(1, 4), costs, 4) == pytest.approx(0.040)
 
 
 def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypatch):

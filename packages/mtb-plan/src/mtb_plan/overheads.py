@@ -12,10 +12,11 @@ compute is negligible (``NANO``), one ``mtb run`` per mechanism on N ranks,
 and what the step model predicts for that run subtracted. ``base`` is the residual of plain
 data parallelism (one rank: ``single``); each other mechanism's is its run's
 residual less ``base`` and less the mechanisms that run also uses (an N-D
-layout on 4 ranks shards the rest with FSDP), each paid per micro-batch or
-once a step as the step model pays it (FSDP under a pipeline: once, since
-torch's pipeline stage defers its reshard and reduction to the last
-backward). An increment may be negative; the sum for a layout is never below 0.
+layout on 4 ranks shards the rest with FSDP), each paid as the step model
+pays it: per micro-batch, by each pipeline stage for its share of the blocks
+as its compute is, or once a step (FSDP under a pipeline, since torch's
+pipeline stage defers its reshard and reduction to the last backward). An
+increment may be negative; the sum for a layout is never below 0.
 """
 
 import json
@@ -29,7 +30,7 @@ import attrs
 from mtb.api import UsageError
 from mtb_plan.layouts import Candidate, check
 from mtb_plan.profile import Overhead
-from mtb_plan.step_model import Shape, fixed_cost_split, predict
+from mtb_plan.step_model import Shape, fixed_cost_split, micro_batches_paid, predict
 from mtb_plan.verify import median_step_ms
 from mtb_plan.workload import Workload
 
@@ -122,10 +123,11 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
             seconds = _one_run_s(run, nano, profile.device, runs.timeout_s)
             fastest[mechanism] = min(seconds, fastest.get(mechanism, seconds))
     increments: dict[str, float] = {}
+    compute = profile.compute_for(ranks)
     for mechanism, (_, _, predicted_s, shape) in layouts.items():
-        increments[mechanism] = _increment(
-            mechanism, fastest[mechanism] - predicted_s, shape, increments
-        )
+        paid = micro_batches_paid(shape, compute)
+        residual_s = fastest[mechanism] - predicted_s
+        increments[mechanism] = _increment(mechanism, residual_s, shape, increments, paid)
     return [
         Overhead(
             mechanism=name,
@@ -137,17 +139,18 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
     ]
 
 
-def _increment(mechanism: str, residual_s: float, shape: Shape, known: dict) -> float:
+def _increment(mechanism: str, residual_s: float, shape: Shape, known: dict, paid: float) -> float:
     """``mechanism``'s fixed cost from its run's residual, less base and the mechanisms
-    measured before it, each paid per micro-batch or once a step as the step model pays it."""
+    measured before it, each paid per micro-batch (``paid`` times a step) or once a step, as
+    the step model pays it."""
     per_micro, once = fixed_cost_split(shape)
 
     def others(names) -> float:
         return sum(known.get(name, 0.0) for name in names if name != mechanism)
 
     base = known.get("base", 0.0) if mechanism != "base" else 0.0
-    rest = residual_s - shape.accumulation * (base + others(per_micro)) - others(once)
-    return rest / (1 if mechanism in once else shape.accumulation)
+    rest = residual_s - paid * (base + others(per_micro)) - others(once)
+    return rest / (1 if mechanism in once else paid)
 
 
 def _nano_run(pm, workload, overrides, mechanism: str, ranks: int, profile):
@@ -293,7 +296,8 @@ def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
             if found is None:
                 continue
             predicted, measured_ms, shape, parameters = found
-            residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / shape.accumulation
+            paid = micro_batches_paid(shape, profile.compute_for(ranks))
+            residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / paid
             per_byte = max(0.0, residual_s / (4 * parameters))
             how = entry.how + _full_how(mechanism, runs.repeats)
             entries = list(profile.overhead)

@@ -242,13 +242,22 @@ def fixed_cost_split(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(n for n in used if n not in once), tuple(n for n in used if n in once)
 
 
+def micro_batches_paid(shape: Shape, compute) -> float:
+    """How many times a step pays a per-micro-batch fixed cost: m without a pipeline. In a
+    pipeline each stage pays its share of the blocks' machinery (the busiest stage's), and
+    the stages overlap as their compute does: the share times the schedule's slots."""
+    share = max(shape.stages) / sum(shape.stages)
+    return share * pipeline_s(1.0, shape, compute)
+
+
 def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
     """The step's fixed costs: base and most mechanisms per micro-batch, some once a step."""
     per_micro, once = fixed_cost_split(shape)
     ranks = shape.per_node
-    return shape.accumulation * profile.overhead_s(
-        per_micro, ranks, parameter_bytes
-    ) + profile.overhead_s(once, ranks, parameter_bytes, base=False)
+    paid = micro_batches_paid(shape, profile.compute_for(ranks))
+    return paid * profile.overhead_s(per_micro, ranks, parameter_bytes) + profile.overhead_s(
+        once, ranks, parameter_bytes, base=False
+    )
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
