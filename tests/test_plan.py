@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 from mtb.api import UsageError, get_plugin_manager, resolve_config
+from mtb_plan import verify
 from mtb_plan.layouts import enumerate_layouts
 from mtb_plan.planning import World, plan_rows
 from mtb_plan.profile import Compute, Curve, Profile, load
@@ -141,10 +142,19 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
         "memory_limit_per_rank" in specs["memory"]
         and "memory_limit_per_rank" not in specs["timing"]
     )
-    timing = tmp_path / "verify" / "timing"
-    cell = json.loads((timing / "matrix.json").read_text())["cells"][0]
-    trials = json.loads((timing / cell["result"]).read_text())["trials"]
-    assert len(trials) == 2  # the faster trial's median is the layout's step time
+    # two timing passes over the layouts: the faster median is the layout's step time
+    first = verified[0]
+    passes = [
+        json.loads((tmp_path / "verify" / name / "matrix.json").read_text())["cells"]
+        for name in ("timing", "timing-2")
+    ]
+    medians = [
+        verify.median_step_ms(
+            json.loads((tmp_path / "verify" / name / cells[0]["result"]).read_text())
+        )
+        for name, cells in zip(("timing", "timing-2"), passes, strict=True)
+    ]
+    assert first["measured"]["step_time_ms"] == min(medians)
     summary = document["verification"]
     assert summary["verified"] == 3 and summary["predicted_best"] == verified[0]["label"]
     assert "rank" in planned.stdout and "plan written to" in planned.stdout
