@@ -73,14 +73,12 @@ def test_zero1_and_zero2_shard_the_optimizer_moments(runs, zero_run, strategy):
     assert all(z * 8 / 12 / d <= 0.55 for d, z in zip(ddp, zero, strict=True))
 
 
-@pytest.mark.parametrize(
-    ("strategy", "tolerance"), [("zero1", 0.2), ("zero2", 0.05), ("zero3", 0.05)]
-)
-def test_estimate_is_close_to_measured(zero_run, strategy, tolerance):
-    """The estimate follows the ZeRO paper (stage 1 keeps full gradients); DeepSpeed's
-    stage 1 frees them after reducing into partitions at the boundary, so the
-    measured zero1 state is about 17 % below its estimate."""
-    assert abs(zero_run(strategy)[0]["summary"]["model_state_estimate_error"]) < tolerance
+@pytest.mark.parametrize("strategy", STAGES)
+def test_estimate_is_close_to_measured(zero_run, strategy):
+    """DeepSpeed's stage 1 reduces the gradients into the rank's partitions at the boundary
+    and frees the whole ones, so after a step it holds what stage 2 holds, and so does its
+    estimate (the ZeRO paper's stage 1 keeps whole gradients: 17 % more on 2 ranks)."""
+    assert abs(zero_run(strategy)[0]["summary"]["model_state_estimate_error"]) < 0.05
 
 
 def test_bf16_trains_under_zero3(tmp_path):

@@ -12,8 +12,12 @@ from mtb.api import Strategy, StrategyOption, UsageError
 from mtb_strategies.extension_locks import check_no_stale_lock
 from mtb_strategies.sync_modes import resolve_sync_mode
 
+#: the states a rank holds 1/N of once a step's backward is done. Stage 1 shards only the
+#: optimizer state in the ZeRO paper, but DeepSpeed's stage 1 reduces each gradient into the
+#: rank's partition at the accumulation boundary and frees it: measured on small (2 ranks, fp32),
+#: zero1 and zero2 held the same 278,888,452 bytes, and peaked at 858.7 and 860.1 MB
 SHARDED_BY_STAGE = {
-    1: ("optimizer_state",),
+    1: ("gradients", "optimizer_state"),
     2: ("gradients", "optimizer_state"),
     3: ("parameters", "gradients", "optimizer_state"),
 }
