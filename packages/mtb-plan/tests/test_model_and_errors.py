@@ -261,11 +261,12 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     compute = attrs.evolve(cpu_profile().compute[0], ranks_per_node=4, solo_speedup=1.0)
     profile = cpu_profile(overhead=entries, compute=(compute,))
 
-    def shape(pp, accumulation):
+    def shape(pp, accumulation, sharding="full"):
         return SimpleNamespace(
             accumulation=accumulation,
             pp=pp,
             per_node=4,
+            sharding=sharding,
             engine="fsdp",
             tp=1,
             sp=False,
@@ -280,6 +281,9 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     # with two stages: FSDP once; each stage half the blocks' machinery over 4 + 2 - 1 slots
     assert micro_batches_paid(shape(2, 4), compute) == pytest.approx(0.5 * 5)
     assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(2.5 * 0.008 + 0.040)
+    # FSDP over a shard group of one gathers nothing, and the pipeline defers its reduction
+    assert fixed_costs_s(shape(2, 4, "replicate"), profile, 0) == pytest.approx(2.5 * 0.008)
+    assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(4 * 0.050)
     # a calibration run's residual gives back the cost its mechanism was given
     paid = micro_batches_paid(shape(2, 2), compute)
     residual = fixed_costs_s(shape(2, 2), profile, 0)

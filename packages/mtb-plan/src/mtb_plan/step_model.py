@@ -236,10 +236,18 @@ ONCE_PER_PIPELINE_STEP = ("fsdp",)
 
 
 def fixed_cost_split(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """This layout's mechanisms as (paid every micro-batch, paid once a step); base aside."""
-    once = ONCE_PER_PIPELINE_STEP if shape.pp > 1 else ()
+    """This layout's mechanisms as (paid every micro-batch, paid once a step); base aside.
+
+    Under a pipeline FSDP is paid once, and not at all with a shard group of one: torch's
+    FSDP gathers nothing then (its all-gather is skipped for one rank), and the pipeline
+    stage has deferred the reduction, the rest of its work, to the last backward.
+    """
     used = mechanisms(shape)
-    return tuple(n for n in used if n not in once), tuple(n for n in used if n in once)
+    if shape.pp == 1:
+        return used, ()
+    unpaid = ("fsdp",) if shape.sharding == "replicate" else ()
+    once = tuple(n for n in used if n in ONCE_PER_PIPELINE_STEP and n not in unpaid)
+    return tuple(n for n in used if n not in ONCE_PER_PIPELINE_STEP), once
 
 
 def micro_batches_paid(shape: Shape, compute) -> float:
