@@ -137,3 +137,18 @@ def test_torchrun_runs_the_cli_in_each_worker(tmp_path):
     assert doc["environment"]["world_size"] == 2
     assert doc["config"]["launch"]["nproc_per_node"] == 2  # the world torchrun gave
     assert len(doc["trials"][0]["per_rank"]) == 2
+
+
+def test_a_rank_that_lost_a_peer_waits_for_the_launchers_stop_before_it_speaks(monkeypatch):
+    """On Ctrl-C the first rank to die leaves its peers a connection error; the launcher's
+    SIGINT reaches them within the grace and ends them silently, so no rank is blamed."""
+    from mtb import launch, lifeline
+
+    slept, said = [], []
+    monkeypatch.setattr(launch.time, "sleep", slept.append)
+    monkeypatch.setattr(lifeline, "record", lambda message, **extra: said.append(message))
+    lost = "[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:26253: Connection reset by peer"
+    launch.record_error(RuntimeError(lost))
+    assert slept == [launch.PEER_LOST_GRACE_S] and said == [f"RuntimeError: {lost}"]
+    launch.record_error(ValueError("a bad batch"))
+    assert slept == [launch.PEER_LOST_GRACE_S] and said[-1] == "ValueError: a bad batch"

@@ -92,7 +92,8 @@ def test_estimates_of_each_strategy_match_hand_computed_bytes():
     fp32 = rows("--preset", "large", "--world-size", str(w))
     assert fp32["ddp"]["total"] == 16 * n  # fp32 params + grads + two AdamW moments
     assert fp32["fsdp"]["total"] == 16 * n // w
-    assert fp32["zero1"]["total"] == 4 * n + 4 * n + 12 * n // w  # master + moments sharded
+    # DeepSpeed's stage 1 holds its gradient partition after a step, as stage 2 does
+    assert fp32["zero1"]["total"] == fp32["zero2"]["total"]
     assert fp32["zero2"]["total"] == 4 * n + (4 * n + 12 * n) // w
     assert fp32["zero3"]["total"] == 20 * n // w
     bf16 = rows("--preset", "large", "--world-size", str(w), "--precision", "bf16")

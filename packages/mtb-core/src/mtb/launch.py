@@ -253,18 +253,29 @@ def spawn(config, module: str = "mtb.worker", *args: str) -> None:
         _elastic(config.launch, sys.executable, *command)
 
 
+#: what a collective raises on a rank whose peer has gone
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+#: how long such a rank waits before it says so: the launcher's stop (on Ctrl-C, or after the
+#: peer's own failure) reaches it within this and ends it without a word
+PEER_LOST_GRACE_S = 3.0
+
+
 def record_error(error: BaseException) -> None:
     """One line on stderr and in torchelastic's error file, for the launcher to report.
 
     Plugins that failed around a written result were each said already: their
     summary goes to the launcher only, marked so that it blames no rank; so does a
     stop on SIGUSR1 after a save (checkpoint.save_on_signal), marked with its step.
+    A rank that lost a peer first gives the launcher's stop time to arrive, so a
+    Ctrl-C or a peer's failure is not said in its name.
     """
     if isinstance(error, PluginsFailed):
         lifeline.record(one_line(error), echo=False, after_result=True)
     elif isinstance(error, Preempted):  # the launcher says it once, for every rank
         lifeline.record(one_line(error), echo=False, preempted_step=error.step)
     else:
+        if any(text in str(error) for text in PEER_LOST):
+            time.sleep(PEER_LOST_GRACE_S)
         lifeline.record(one_line(error))
 
 

@@ -179,7 +179,8 @@ class Profile:
     ) -> float:
         """A micro-batch's cost for these mechanisms (and ``base``) beyond compute and
         collectives: each one's fixed cost and its cost per parameter byte (0 in a profile
-        without overheads)."""
+        without overheads). It may be negative (an increment may be); the step model
+        floors the step's sum of fixed costs at 0."""
         known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
         if not self.overhead or not (base or mechanisms):
             return 0.0
@@ -192,7 +193,7 @@ class Profile:
             )
         entries = [known[name] for name in names]
         fixed = sum(e.per_micro_batch_s for e in entries)
-        return max(0.0, fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries))
+        return fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries)
 
     def curve(self, collective: str, group_size: int, scope: str) -> Curve:
         """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""

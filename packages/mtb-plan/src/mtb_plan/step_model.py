@@ -230,8 +230,8 @@ def mechanisms(shape: Shape) -> tuple[str, ...]:
     return tuple(name for name, on in active.items() if on)
 
 
-#: mechanisms a pipeline pays once a step, not per micro-batch: torch's pipeline stage keeps
-#: an FSDP stage's parameters gathered and its gradients unreduced until the last backward
+#: mechanisms a pipeline pays once a step, not per micro-batch: torch's pipeline stage neither
+#: reshards an FSDP stage after a backward nor reduces its gradients until the last one
 ONCE_PER_PIPELINE_STEP = ("fsdp",)
 
 
@@ -239,8 +239,8 @@ def fixed_cost_split(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """This layout's mechanisms as (paid every micro-batch, paid once a step); base aside.
 
     Under a pipeline FSDP is paid once, and not at all with a shard group of one: torch's
-    FSDP gathers nothing then (its all-gather is skipped for one rank), and the pipeline
-    stage has deferred the reduction, the rest of its work, to the last backward.
+    FSDP gathers nothing then (its all-gather is skipped for one rank), and the one
+    reduction left, deferred to the last backward, is priced by the communication term.
     """
     used = mechanisms(shape)
     if shape.pp == 1:
@@ -259,13 +259,13 @@ def micro_batches_paid(shape: Shape, compute) -> float:
 
 
 def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
-    """The step's fixed costs: base and most mechanisms per micro-batch, some once a step."""
+    """The step's fixed costs: base and most mechanisms per micro-batch, some once a step;
+    never below 0."""
     per_micro, once = fixed_cost_split(shape)
     ranks = shape.per_node
     paid = micro_batches_paid(shape, profile.compute_for(ranks))
-    return paid * profile.overhead_s(per_micro, ranks, parameter_bytes) + profile.overhead_s(
-        once, ranks, parameter_bytes, base=False
-    )
+    each = profile.overhead_s(per_micro, ranks, parameter_bytes)
+    return max(0.0, paid * each + profile.overhead_s(once, ranks, parameter_bytes, base=False))
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:

@@ -3,7 +3,7 @@
 The runs go through the matrix runner (``mtb matrix run``, a subprocess: the
 local executor or Slurm), one cell per layout with exactly the options the
 plan lists, so a verified row is what ``mtb run`` does with them. On CPU a
-layout runs twice: timed as a user runs it, and its memory measured in a
+layout runs three times: timed twice as a user runs it, and its memory measured in a
 short run capped at the plan's capacity per rank (the cap maps every large
 tensor on its own, which makes the peak resident set follow the live
 tensors but costs each allocation its page faults: a quarter to a half
@@ -181,8 +181,8 @@ def measurement(found: dict) -> dict:
         if cell["status"] != "ok":
             return {"status": cell["status"], "error": f"{purpose}: {cell.get('error')}"}
         result = json.loads((folder / cell["result"]).read_text())
-        step_ms = median_step_ms(result)
-        if is_timing(purpose) and step_ms < measured.get("step_time_ms", float("inf")):
+        step_ms = median_step_ms(result) if is_timing(purpose) else None
+        if step_ms is not None and step_ms < measured.get("step_time_ms", float("inf")):
             tokens_per_step = result["trials"][0]["tokens_per_step"]
             measured.update(step_time_ms=step_ms, tokens_per_s=tokens_per_step / step_ms * 1e3)
         if purpose in ("memory", "both"):

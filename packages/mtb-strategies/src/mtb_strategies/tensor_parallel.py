@@ -134,8 +134,9 @@ def place_grads_like_params(module: nn.Module) -> None:
     only its share.
     """
     for param in module.parameters():
-        grad, placements = param.grad, getattr(param, "placements", None)
-        if grad is None or placements is None:
+        placements = getattr(param, "placements", None)
+        given = getattr(param.grad, "placements", None)
+        if placements is None or given is None:
             continue
-        if tuple(grad.placements) != tuple(placements):
-            param.grad = grad.redistribute(placements=placements)
+        if tuple(given) != tuple(placements):
+            param.grad = param.grad.redistribute(placements=placements)
