@@ -54,7 +54,14 @@ PLANS = (
         4,
         8,
         (30, 5),
-        ("ddp mb2", "fsdp mb2", "nd dp2·tp2 mb4", "nd dp2·pp2 1f1b m4 mb4", "nd rep2·dp2 mb2"),
+        (
+            "ddp mb2",
+            "fsdp mb2",
+            "zero1 mb2",
+            "nd dp2·tp2 mb4",
+            "nd dp2·pp2 1f1b m4 mb4",
+            "nd rep2·dp2 mb2",
+        ),
     ),
     ("tiny-moe-2", "tiny-moe", 2, 4, (30, 5), ("ddp ep2 mb2", "fsdp ep2 mb2", "ddp mb2")),
 )

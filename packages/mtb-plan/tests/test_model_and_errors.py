@@ -418,8 +418,9 @@ def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones
 
 
 def test_deepspeed_buffers_follow_its_default_bucket_sizes():
-    """One fp32 copy of the gradients in ZeRO-1/2's reduce bucket; ZeRO-3 also keeps the
-    gathered parameters and a second gradient copy; buckets stop at DeepSpeed's sizes."""
+    """ZeRO-1/2 hold the logits' gradient only (measured against DeepSpeed's own runtime);
+    ZeRO-3 keeps the gathered parameters and two gradient copies; buckets stop at
+    DeepSpeed's sizes."""
     from mtb_plan.step_model import Shape, buffer_bytes
 
     layout = dict(tp=1, pp=1, cp=1, dp=2, dp_shard=2, dp_replicate=1, ep=1, sp=False)
@@ -429,10 +430,40 @@ def test_deepspeed_buffers_follow_its_default_bucket_sizes():
     logits = workload.seq_len * workload.vocab_size * 4
     zero2 = Shape(**layout, **steps, **rest, sharding="grads")
     zero3 = Shape(**layout, **steps, **rest, sharding="full")
-    assert buffer_bytes(workload, zero2, 10**6) == logits + 4 * 10**6
+    assert buffer_bytes(workload, zero2, 10**6) == logits
     assert buffer_bytes(workload, zero3, 10**6) == logits + 3 * 4 * 10**6
     billions = 4 * 10**9
     assert buffer_bytes(workload, zero3, billions) == logits + 4 * (10**9 + 2 * 5 * 10**8)
+
+
+def test_a_deepspeed_layout_holds_deepspeeds_runtime_and_a_profile_without_it_is_one_line():
+    """DeepSpeed's import and engine hold more than torch's (about 70 MiB on CPU): a zero
+    layout's peak starts from ``zero_runtime_bytes``, the others' from ``runtime_bytes``."""
+    profile = cpu_profile(runtime_bytes=400 * 2**20, zero_runtime_bytes=470 * 2**20)
+    assert profile.runtime_for("ddp") == profile.runtime_for("fsdp") == 400 * 2**20
+    assert profile.runtime_for("zero") == 470 * 2**20
+    without = cpu_profile(runtime_bytes=400 * 2**20, path="lab.toml")
+    with pytest.raises(UsageError, match=r"no zero_runtime_bytes .*--output lab\.toml") as error:
+        without.runtime_for("zero")
+    assert "\n" not in str(error.value)
+
+
+def test_calibrate_measures_deepspeeds_runtime_only_where_it_is_installed(monkeypatch):
+    from types import SimpleNamespace
+
+    from mtb_plan import calibrate
+
+    ran = []
+    monkeypatch.setattr(
+        calibrate, "runtime_bytes", lambda device, cap, timeout, strategy: ran.append(strategy)
+    )
+    for names, fields in ((["single"], ["runtime_bytes"]), (["single", "zero2"], None)):
+        ran.clear()
+        registry = [SimpleNamespace(name=name) for name in names]
+        pm = SimpleNamespace(registry=lambda kind, registry=registry: registry)
+        figures = calibrate.runtime_figures(pm, "cpu", 2**33, 60, lambda line: None)
+        assert ran == names
+        assert list(figures) == (fields or ["runtime_bytes", "zero_runtime_bytes"])
 
 
 def test_a_timed_run_counts_its_fastest_trial_and_checkpointing_pays_its_own_cost():

@@ -225,8 +225,10 @@ def calibrate(
         ranks_per_node, precision, device, comm_sizes, timeout_s, comm_prefix, progress
     )
     memory, scope, memory_how = memory_capacity(device)
-    progress("runtime memory: mtb run --preset tiny")
-    runtime = runtime_bytes(device, memory, timeout_s)
+    from mtb.api import get_plugin_manager
+
+    pm = get_plugin_manager()
+    runtimes = runtime_figures(pm, device, memory, timeout_s, progress)
     profile = Profile(
         name=f"{socket.gethostname()}-{device}",
         device=device,
@@ -235,7 +237,7 @@ def calibrate(
         devices_per_node=_devices_per_node(device, ranks_per_node),
         memory_bytes=memory,
         memory_scope=scope,
-        runtime_bytes=runtime,
+        **runtimes,
         how=f"mtb plan calibrate --preset {preset}; memory: {memory_how}; runtime_bytes: "
         f"{RUNTIME_HOW}",
         created=utc_now(),
@@ -244,9 +246,6 @@ def calibrate(
     )
     if not measure_overheads:
         return profile
-    from mtb.api import get_plugin_manager
-
-    pm = get_plugin_manager()
     runs = overheads.Runs(timeout_s=timeout_s, repeats=repeats)
     found = [
         entry
@@ -271,12 +270,27 @@ RUNTIME_HOW = (
     "the peak memory of `mtb run --strategy single --preset tiny` (a model of 30 thousand "
     "parameters): the interpreter, torch, mtb and its process group, measured as a "
     "verification measures a run (peak resident set on CPU, with the run's memory cap, which "
-    "maps large tensors on their own; the CUDA allocator's peak on a GPU)"
+    "maps large tensors on their own; the CUDA allocator's peak on a GPU); "
+    "zero_runtime_bytes: the same of `--strategy zero2` on one rank, DeepSpeed's import and "
+    "engine included"
 )
+#: profile field -> the strategy whose tiny run on one rank measures it
+RUNTIME_STRATEGIES = {"runtime_bytes": "single", "zero_runtime_bytes": "zero2"}
 
 
-def runtime_bytes(device: str, capacity: int, timeout_s: float) -> int:
-    """What a training process holds besides its model: a tiny model's run, measured."""
+def runtime_figures(pm, device: str, capacity: int, timeout_s: float, progress) -> dict:
+    """Each runtime figure whose strategy is installed (zero2 needs DeepSpeed)."""
+    installed = {entry.name for entry in pm.registry("strategy")}
+    figures = {}
+    for field, strategy in RUNTIME_STRATEGIES.items():
+        if strategy in installed:
+            progress(f"runtime memory: mtb run --strategy {strategy} --preset tiny")
+            figures[field] = runtime_bytes(device, capacity, timeout_s, strategy)
+    return figures
+
+
+def runtime_bytes(device: str, capacity: int, timeout_s: float, strategy: str = "single") -> int:
+    """What a training process holds besides its model: a tiny model's run on one rank."""
     import json
     import subprocess
     import sys
@@ -286,7 +300,7 @@ def runtime_bytes(device: str, capacity: int, timeout_s: float) -> int:
 
     with tempfile.TemporaryDirectory(prefix="mtb-plan-runtime-") as folder:
         output = Path(folder) / "tiny.json"
-        command = [sys.executable, "-m", "mtb", "run", "--strategy", "single", "--preset", "tiny"]
+        command = [sys.executable, "-m", "mtb", "run", "--strategy", strategy, "--preset", "tiny"]
         command += ["--steps", "3", "--warmup-steps", "1", "--peak-tflops", "1"]
         command += ["--device", device, "--output", str(output)]
         if device == "cpu":
@@ -296,7 +310,7 @@ def runtime_bytes(device: str, capacity: int, timeout_s: float) -> int:
         )
         if finished.returncode != 0:
             last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
-            raise UsageError(f"calibrate: the runtime's tiny run failed: {last}")
+            raise UsageError(f"calibrate: the runtime's tiny {strategy} run failed: {last}")
         return int(peak_memory(json.loads(output.read_text())["summary"]))
 
 

@@ -135,7 +135,10 @@ class Profile:
     the node's (``node``, CPUs: its ranks share it); ``memory_per_rank`` gives
     a rank's share either way. ``runtime_bytes`` is what a rank holds before
     the model: the framework, its allocator and the process group (measured
-    as RSS on CPU, used device memory on GPU).
+    as RSS on CPU, used device memory on GPU). ``zero_runtime_bytes`` is the
+    same for a rank of a DeepSpeed strategy (zero1-3), whose import and
+    engine hold more (about 70 MiB more on CPU); None where DeepSpeed was not
+    installed when the profile was measured.
     """
 
     name: str
@@ -146,6 +149,7 @@ class Profile:
     memory_bytes: int = attrs.field(validator=_positive)
     memory_scope: str = attrs.field(default="device", validator=attrs.validators.in_(MEMORY_SCOPES))
     runtime_bytes: int = 0
+    zero_runtime_bytes: int | None = None
     measured: bool = True
     how: str = ""
     created: str = ""
@@ -159,6 +163,20 @@ class Profile:
         if self.memory_scope == "node":
             return self.memory_bytes // ranks_per_node
         return self.memory_bytes
+
+    def runtime_for(self, engine: str) -> int:
+        """What a rank holds before its model under ``engine`` (``zero``: DeepSpeed's), or
+        one line naming the fix."""
+        if engine != "zero":
+            return self.runtime_bytes
+        if self.zero_runtime_bytes is None:
+            counts = sorted({entry.ranks_per_node for entry in self.compute} or {1})
+            raise UsageError(
+                f"profile {self.name!r}: no zero_runtime_bytes (what a DeepSpeed rank holds "
+                f"besides its model); measure it with DeepSpeed installed: "
+                f"`{self.calibrate_hint(counts[0])}`"
+            )
+        return self.zero_runtime_bytes
 
     def compute_for(self, ranks_per_node: int) -> Compute:
         """The compute figures at ``ranks_per_node`` ranks per node, or one line naming the fix."""
