@@ -100,19 +100,19 @@ def mtb(*args, timeout: int) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.mark.slow(reason="calibrates 1 and 2 ranks, then runs three layouts of the plan")
+@pytest.mark.slow(reason="calibrates 2 ranks, then runs two layouts of the plan")
 @pytest.mark.timeout(900)
 def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     profile = tmp_path / "cpu.toml"
     calibrated = mtb(
         "plan", "calibrate", "--preset", "tiny", "--micro-batch", "1,2", "--comm-sizes",
-        "4K,64K", "--nproc-per-node", "1,2", "--device", "cpu", "--repeats", "1",
+        "4K,64K", "--nproc-per-node", "2", "--device", "cpu", "--repeats", "1",
         "--output", profile, timeout=400,
     )  # fmt: skip
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
     measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}
-    assert measured >= {("base", 1), ("base", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
-    assert measured >= {("ac", 1), ("ac", 2)}
+    # one rank's figures are test_calibrate's (tests-plan): this test plans 2 ranks only
+    assert measured >= {("base", 2), ("ac", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
     assert all(entry.training_efficiency >= 0.5 for entry in load(profile).compute)
     per_byte = {e.mechanism: e for e in load(profile).overhead if e.ranks_per_node == 2}
     for name in ("fsdp", "tp"):  # measured at full width
@@ -122,14 +122,14 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     output = tmp_path / "plan.json"
     planned = mtb(
         "plan", "--profile", profile, "--preset", "tiny", "--global-batch", "4",
-        "--devices-per-node", "2", "--verify", "2", "--spread", "1", "--steps", "4",
+        "--devices-per-node", "2", "--verify", "1", "--spread", "1", "--steps", "4",
         "--warmup-steps", "1", "--verify-dir", tmp_path / "verify", "--output", output,
         timeout=400,
     )  # fmt: skip
     assert planned.returncode == 0, planned.stderr[-2000:]
     document = json.loads(output.read_text())
     verified = [row for row in document["layouts"] if row.get("measured")]
-    assert len(verified) == 3 and all(row["measured"]["status"] == "ok" for row in verified)
+    assert len(verified) == 2 and all(row["measured"]["status"] == "ok" for row in verified)
     for row in verified:
         assert abs(row["error"]["model_state"]) <= 0.01, row["label"]
         assert row["error"]["step_time"] == pytest.approx(
@@ -156,7 +156,7 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     ]
     assert first["measured"]["step_time_ms"] == min(medians)
     summary = document["verification"]
-    assert summary["verified"] == 3 and summary["predicted_best"] == verified[0]["label"]
+    assert summary["verified"] == 2 and summary["predicted_best"] == verified[0]["label"]
     assert "rank" in planned.stdout and "plan written to" in planned.stdout
     report = mtb(
         "report", output, "--format", "markdown", "--output", tmp_path / "r.md", timeout=120

@@ -64,8 +64,11 @@ def test_sigterm_to_the_launcher_ends_alike_for_every_strategy(start, strategy):
 
 @pytest.mark.parametrize("strategy", [["--strategy", "single"], TWO_RANKS], ids=["single", "ddp"])
 @pytest.mark.slow
-def test_ctrl_c_prints_one_line_and_leaves_a_failure_document(start, strategy):
-    run = start(*strategy)
+def test_ctrl_c_prints_one_line_and_leaves_a_failure_document(start, strategy, tmp_path):
+    """Over an earlier run's ok result too (--overwrite): the interrupted run's document
+    replaces it, so the path never shows a result this run did not produce."""
+    (tmp_path / "result.json").write_text(json.dumps({"kind": "train_result", "status": "ok"}))
+    run = start(*strategy, "--overwrite")
     run.saved()
     os.killpg(run.process.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
     assert run.wait() == 130

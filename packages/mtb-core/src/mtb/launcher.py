@@ -8,6 +8,7 @@ failure, so no run disappears without a trace.
 """
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -77,15 +78,27 @@ def preflight(config, pm) -> None:
         gpu_guard.check()
 
 
-def record_failure(config, pm, status: str, message: str) -> None:
-    """Leave a failed-run document at the result path unless a worker wrote one.
+def file_stamp(path) -> tuple | None:
+    """What tells a file apart from its replacement (an atomic write is a new inode)."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns, found.st_size
+
+
+def record_failure(config, pm, before: tuple | None, status: str, message: str) -> None:
+    """Leave a failed-run document at the result path unless a worker of this run wrote an
+    ok one (``before``: the path's ``file_stamp`` at the start; an earlier run's ok result,
+    under --overwrite, is replaced).
 
     Under torchrun only rank 0 writes it, as it would have written the result.
     """
     if os.environ.get("RANK", "0") != "0":
         return
     path = Path(config.output)
-    if path.exists() and json.loads(path.read_text()).get("status") == "ok":
+    written = path.exists() and file_stamp(path) != before
+    if written and json.loads(path.read_text()).get("status") == "ok":
         return
     plugins = plugin_list(pm)
     allowed = provenance.allowed_registries(config.allow_registry)
@@ -143,6 +156,7 @@ def launch(config, pm) -> dict | None:
     if not torchrun:
         preflight(config, pm)
     announce(config)
+    failed = functools.partial(record_failure, config, pm, file_stamp(config.output))
     try:
         # one writer per checkpoint directory; signals end the run with a failure document,
         # SIGUSR1 with save_on_signal after a save (mtb.preemption)
@@ -153,14 +167,14 @@ def launch(config, pm) -> dict | None:
         ):
             return _run(config, pm)
     except LaunchTimeout as error:
-        record_failure(config, pm, "timeout", str(error))
+        failed("timeout", str(error))
         raise RunFailed(str(error)) from None
     except checkpoint_lock.DirectoryBusy as error:
         if torchrun:  # the workers had started: leave a trace of the run
-            record_failure(config, pm, "failed", str(error))
+            failed("failed", str(error))
         raise
     except Interrupted as error:
-        record_failure(config, pm, "failed", str(error))
+        failed("failed", str(error))
         raise
     except Exception as error:
         # under torchrun nothing was checked before: its usage errors surface here
@@ -168,8 +182,8 @@ def launch(config, pm) -> dict | None:
             raise
         stop = found_in(error, Interrupted)  # a signal that landed in code that wrapped it
         if stop is not None:
-            record_failure(config, pm, "failed", str(stop))
+            failed("failed", str(stop))
             raise stop from None
         message = one_line(error)
-        record_failure(config, pm, failure_status(message), message)
+        failed(failure_status(message), message)
         raise RunFailed(message) from None
