@@ -92,7 +92,32 @@ def profile_for(per_node: int) -> Profile:
         if size <= per_node
     )
     fields = {"name": "test", "device": "cpu", "precision": "fp32", "devices_per_node": per_node}
+    fields.update(runtime_bytes=2**28, zero_runtime_bytes=2**28 + 2**26)
     return Profile(**fields, memory_bytes=2**36, compute=(compute,), comm=curves)
+
+
+def test_calibration_gives_back_the_measured_step_at_each_per_byte_layout(monkeypatch):
+    """The per-byte costs calibrate derives are the ones the step model charges: predicted
+    again with them, each calibration layout takes exactly its measured step."""
+    from mtb_plan import overheads
+    from mtb_plan.profile import Overhead
+
+    measured_s = 5.0
+    monkeypatch.setattr(overheads, "_step_s", lambda run, workload, device, runs: measured_s)
+    entries = tuple(
+        Overhead(mechanism=name, ranks_per_node=2, per_micro_batch_s=0.001)
+        for name in ("base", "fsdp", "tp")
+    )
+    profile = attrs.evolve(profile_for(2), overhead=entries)
+    pm, workload = get_plugin_manager(), Workload.of("tiny", 2, "fp32", "adamw")
+    runs = overheads.Runs(timeout_s=60, repeats=1)
+    calibrated = overheads.with_parameter_costs(pm, workload, profile, runs, lambda line: None)
+    for entry in calibrated.overhead:
+        if entry.mechanism == "base":
+            continue
+        assert entry.per_parameter_byte_s > 0, entry.mechanism
+        found = overheads._full_width(pm, workload, entry.mechanism, 2, calibrated, runs)
+        assert found[0].step_time_ms == pytest.approx(measured_s * 1e3), entry.mechanism
 
 
 def mtb(*args, timeout: int) -> subprocess.CompletedProcess:
@@ -122,8 +147,9 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     output = tmp_path / "plan.json"
     planned = mtb(
         "plan", "--profile", profile, "--preset", "tiny", "--global-batch", "4",
-        "--devices-per-node", "2", "--verify", "1", "--spread", "1", "--steps", "4",
-        "--warmup-steps", "1", "--verify-dir", tmp_path / "verify", "--output", output,
+        "--devices-per-node", "2", "--verify", "1", "--spread", "1", "--trials", "2",
+        "--steps", "4", "--warmup-steps", "1", "--verify-dir", tmp_path / "verify",
+        "--output", output,
         timeout=400,
     )  # fmt: skip
     assert planned.returncode == 0, planned.stderr[-2000:]

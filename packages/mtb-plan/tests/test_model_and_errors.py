@@ -413,9 +413,10 @@ def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones
     workload = {"preset": "tiny", "precision": "fp32", "optimizer": "adamw"}
     document = {"config": {"workload": workload, "profile": {"device": "cpu"}}}
     document["memory_capacity_bytes"] = 2**30
-    options = {"cell_timeout": 60, "steps": 8, "warmup_steps": 3}
-    # two timing passes over the layouts, the capped memory run between them
-    assert verify.purposes(document) == ("timing", "memory", "timing-2")
+    options = {"cell_timeout": 60, "steps": 8, "warmup_steps": 3, "trials": 2}
+    # timing passes over the layouts (--trials), the capped memory run after the first
+    assert verify.purposes(document) == ("timing", "memory", "timing-2", "timing-3")
+    assert verify.purposes(document, 2) == ("timing", "memory", "timing-2")
     timing = verify.matrix_spec(document, [], options, "timing-2")["options"]
     memory = verify.matrix_spec(document, [], options, "memory")["options"]
     assert "memory_limit_per_rank" not in timing and timing["steps"] == 8
@@ -482,13 +483,17 @@ def test_calibrate_measures_deepspeeds_runtime_only_where_it_is_installed(monkey
     monkeypatch.setattr(
         calibrate, "runtime_bytes", lambda device, cap, timeout, strategy: ran.append(strategy)
     )
-    for names, fields in ((["single"], ["runtime_bytes"]), (["single", "zero2"], None)):
+    without = "requires deepspeed"  # zero2 registered, DeepSpeed not installed
+    for zero, measured in ((None, ["single"]), (without, ["single"]), ("", ["single", "zero2"])):
         ran.clear()
-        registry = [SimpleNamespace(name=name) for name in names]
+        registry = [SimpleNamespace(name="single", unavailable_reason=None)]
+        if zero is not None:
+            registry.append(SimpleNamespace(name="zero2", unavailable_reason=zero or None))
         pm = SimpleNamespace(registry=lambda kind, registry=registry: registry)
         figures = calibrate.runtime_figures(pm, "cpu", 2**33, 60, lambda line: None)
-        assert ran == names
-        assert list(figures) == (fields or ["runtime_bytes", "zero_runtime_bytes"])
+        assert ran == measured
+        fields = {"single": "runtime_bytes", "zero2": "zero_runtime_bytes"}
+        assert list(figures) == [fields[name] for name in measured]
 
 
 def test_a_timed_run_counts_its_fastest_trial_and_checkpointing_pays_its_own_cost():

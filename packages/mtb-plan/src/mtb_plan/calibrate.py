@@ -239,7 +239,7 @@ def calibrate(
         memory_scope=scope,
         **runtimes,
         how=f"mtb plan calibrate --preset {preset}; memory: {memory_how}; runtime_bytes: "
-        f"{RUNTIME_HOW}",
+        f"{RUNTIME_HOW}{ZERO_RUNTIME_HOW if 'zero_runtime_bytes' in runtimes else ''}",
         created=utc_now(),
         compute=tuple(computes),
         comm=merged(measured, documents_curves(from_comm, precision)),
@@ -270,8 +270,10 @@ RUNTIME_HOW = (
     "the peak memory of `mtb run --strategy single --preset tiny` (a model of 30 thousand "
     "parameters): the interpreter, torch, mtb and its process group, measured as a "
     "verification measures a run (peak resident set on CPU, with the run's memory cap, which "
-    "maps large tensors on their own; the CUDA allocator's peak on a GPU); "
-    "zero_runtime_bytes: the same of `--strategy zero2` on one rank, DeepSpeed's import and "
+    "maps large tensors on their own; the CUDA allocator's peak on a GPU)"
+)
+ZERO_RUNTIME_HOW = (
+    "; zero_runtime_bytes: the same of `--strategy zero2` on one rank, DeepSpeed's import and "
     "engine included"
 )
 #: profile field -> the strategy whose tiny run on one rank measures it
@@ -280,7 +282,7 @@ RUNTIME_STRATEGIES = {"runtime_bytes": "single", "zero_runtime_bytes": "zero2"}
 
 def runtime_figures(pm, device: str, capacity: int, timeout_s: float, progress) -> dict:
     """Each runtime figure whose strategy is installed (zero2 needs DeepSpeed)."""
-    installed = {entry.name for entry in pm.registry("strategy")}
+    installed = {e.name for e in pm.registry("strategy") if not e.unavailable_reason}
     figures = {}
     for field, strategy in RUNTIME_STRATEGIES.items():
         if strategy in installed:

@@ -7,6 +7,7 @@ layout checks need none; the runtime checks import the model lazily).
 import click
 
 from mtb.api import UsageError
+from mtb_plan.verify import TIMING_TRIALS
 from mtb_plan.workload import PRECISIONS
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -69,6 +70,13 @@ OPTIMIZERS = ("adamw", "sgd")
     default=3,
     show_default=True,
     help="--verify: warmup steps",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1),
+    default=TIMING_TRIALS,
+    show_default=True,
+    help="--verify: timing runs of each layout, the fastest median kept (noise only slows)",
 )
 @click.option(
     "--verify-dir",

@@ -140,7 +140,7 @@ class Profile:
     the model: the framework, its allocator and the process group (measured
     as RSS on CPU, used device memory on GPU). ``zero_runtime_bytes`` is the
     same for a rank of a DeepSpeed strategy (zero1-3), whose import and
-    engine hold more (about 70 MiB more on CPU); None where DeepSpeed was not
+    engine hold more (about 72 MiB more on CPU); None where DeepSpeed was not
     installed when the profile was measured.
     """
 
