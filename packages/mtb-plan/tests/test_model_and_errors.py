@@ -246,31 +246,6 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
         profile.overhead_s(("tp", "pp"), 1)
 
 
-def test_tps_cost_per_byte_grows_with_the_sequences_of_a_micro_batch():
-    """tp's residual grows with its tokens (4.3 times from 1 to 4 sequences on small):
-    paid on parameter bytes times the sequences a cp rank holds; fsdp's on the bytes."""
-    from mtb_plan.profile import Overhead
-    from mtb_plan.step_model import Shape, per_byte_bases
-
-    def shape(micro_batch, cp=1):
-        layout = dict(tp=2, pp=1, cp=cp, dp=1, dp_shard=1, dp_replicate=1, ep=1, sp=False)
-        steps = dict(accumulation=1, pipeline_microbatches=1, schedule=None, syncs=1)
-        rest = dict(checkpointing=False, per_node=2, stages=(4,), engine="fsdp", sharding="full")
-        return Shape(**layout, **steps, **rest, micro_batch=micro_batch)
-
-    assert per_byte_bases(shape(1), 1000) == {"base": 4000, "fsdp": 4000, "tp": 4000}
-    assert per_byte_bases(shape(4), 1000)["tp"] == 16000
-    assert per_byte_bases(shape(4, cp=2), 1000)["tp"] == 8000
-    entries = tuple(
-        Overhead(mechanism=name, ranks_per_node=1, per_micro_batch_s=0.0, per_parameter_byte_s=1e-6)
-        for name in ("base", "fsdp", "tp")
-    )
-    profile = cpu_profile(overhead=entries)
-    costs = [profile.overhead_s(("tp",), 1, per_byte_bases(shape(b), 1000)) for b in (1, 4)]
-    assert costs == pytest.approx([0.004 + 0.004, 0.004 + 0.016])
-    assert profile.overhead_s(("fsdp",), 1, {"base": 4000}) == pytest.approx(0.004)
-
-
 def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     from types import SimpleNamespace
 

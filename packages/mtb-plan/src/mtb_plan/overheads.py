@@ -30,13 +30,7 @@ import attrs
 from mtb.api import UsageError
 from mtb_plan.layouts import Candidate, check
 from mtb_plan.profile import Overhead
-from mtb_plan.step_model import (
-    Shape,
-    fixed_cost_split,
-    micro_batches_paid,
-    per_byte_bases,
-    predict,
-)
+from mtb_plan.step_model import Shape, fixed_cost_split, micro_batches_paid, predict
 from mtb_plan.verify import median_step_ms
 from mtb_plan.workload import Workload
 
@@ -290,8 +284,7 @@ def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
     full-width workload on the mechanism's calibration layout at one sequence
     per rank: its measured step less everything the model predicts for it
     (the per-byte costs measured before it included), per micro-batch, over
-    what the step model pays it on (``per_byte_bases``: the rank's fp32
-    parameter bytes, for tp times the micro-batch's sequences; never below 0).
+    the rank's fp32 parameter bytes (never below 0).
     """
     for mechanism in PER_BYTE:
         for index, entry in enumerate(profile.overhead):
@@ -305,7 +298,7 @@ def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
             predicted, measured_ms, shape, parameters = found
             paid = micro_batches_paid(shape, profile.compute_for(ranks))
             residual_s = (measured_ms - predicted.step_time_ms) / 1e3 / paid
-            per_byte = max(0.0, residual_s / per_byte_bases(shape, parameters)[mechanism])
+            per_byte = max(0.0, residual_s / (4 * parameters))
             how = entry.how + _full_how(mechanism, runs.repeats)
             entries = list(profile.overhead)
             entries[index] = attrs.evolve(entry, per_parameter_byte_s=per_byte, how=how)
@@ -319,5 +312,4 @@ def _full_how(mechanism: str, repeats: int) -> str:
         f"; per parameter byte: mtb run of the full-width workload on {strategy} {mesh or ''} at "
         f"one sequence per rank, its median step ({_fastest(repeats)}) less the step "
         "model's prediction, per micro-batch, over the rank's fp32 parameter bytes"
-        + (" (paid per sequence of a micro-batch)" if mechanism == "tp" else "")
     )

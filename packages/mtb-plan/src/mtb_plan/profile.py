@@ -9,7 +9,6 @@ one line naming the calibrate command that measures it.
 """
 
 import tomllib
-from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -118,8 +117,6 @@ class Overhead:
     unsharded fp32 parameters, per micro-batch, beyond its collectives (FSDP's
     copies into and out of its gather and reduce buffers, and the gathers
     contending with compute for the cores): measured at the workload's width.
-    For tp it is per parameter byte and per sequence a cp rank holds (the step
-    model's ``per_byte_bases``): its cost grows with the micro-batch.
     """
 
     mechanism: str = attrs.field(validator=attrs.validators.in_(MECHANISMS))
@@ -195,13 +192,12 @@ class Profile:
         self,
         mechanisms: tuple[str, ...],
         ranks_per_node: int,
-        parameter_bytes: float | Mapping[str, float] = 0.0,
+        parameter_bytes: float = 0.0,
         base: bool = True,
     ) -> float:
         """A micro-batch's cost for these mechanisms (and ``base``) beyond compute and
         collectives: each one's fixed cost and its cost per parameter byte (0 in a profile
-        without overheads), on ``parameter_bytes``: one figure for all, or each mechanism's
-        own (a missing one: 0). It may be negative (an increment may be); the step model
+        without overheads). It may be negative (an increment may be); the step model
         floors the step's sum of fixed costs at 0."""
         known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
         if not self.overhead or not (base or mechanisms):
@@ -214,13 +210,8 @@ class Profile:
                 f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
             )
         entries = [known[name] for name in names]
-        bases = (
-            parameter_bytes
-            if isinstance(parameter_bytes, Mapping)
-            else dict.fromkeys(names, parameter_bytes)
-        )
         fixed = sum(e.per_micro_batch_s for e in entries)
-        return fixed + sum(e.per_parameter_byte_s * bases.get(e.mechanism, 0.0) for e in entries)
+        return fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries)
 
     def curve(self, collective: str, group_size: int, scope: str) -> Curve:
         """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""

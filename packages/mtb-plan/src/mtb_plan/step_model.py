@@ -174,7 +174,7 @@ def predict(checked, strategy, workload, profile) -> Prediction:
     bubble_s = pipeline_s(micro_compute, shape, compute) - compute_s
     exposed = exposed_comm_s(comm, compute_s, compute)
     optimizer_s = states["optimizer_state"] * 2 / compute.optimizer_bytes_per_s
-    overhead_s = fixed_costs_s(shape, profile, per_byte_bases(shape, parameters))
+    overhead_s = fixed_costs_s(shape, profile, 4 * parameters)
     step_s = compute_s + sum(exposed.values()) + bubble_s + optimizer_s + overhead_s
     terms = {"compute_s": compute_s, "exposed": exposed, "bubble_s": bubble_s}
     terms.update(optimizer_s=optimizer_s, overhead_s=overhead_s, step_s=step_s)
@@ -258,22 +258,9 @@ def micro_batches_paid(shape: Shape, compute) -> float:
     return share * pipeline_s(1.0, shape, compute)
 
 
-def per_byte_bases(shape: Shape, parameters: int) -> dict[str, float]:
-    """What each mechanism's cost per parameter byte is paid on, per micro-batch: the rank's
-    fp32 parameter bytes; for tp, those times the sequences a cp rank holds in the
-    micro-batch, as tp's cost grows with its tokens (the DTensor redistributions and
-    all-reduces of activations contending with compute: on small at 2 ranks the residual
-    of tp2 at 4 sequences was 4.3 times the one calibrate measured at 1)."""
-    parameter_bytes = 4 * parameters
-    bases = dict.fromkeys(("base", *mechanisms(shape)), float(parameter_bytes))
-    bases["tp"] = parameter_bytes * shape.micro_batch / shape.cp
-    return bases
-
-
-def fixed_costs_s(shape: Shape, profile, parameter_bytes: float | dict) -> float:
+def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
     """The step's fixed costs: base and most mechanisms per micro-batch, some once a step;
-    never below 0. ``parameter_bytes``: what the per-byte costs are paid on
-    (``per_byte_bases``)."""
+    never below 0."""
     per_micro, once = fixed_cost_split(shape)
     ranks = shape.per_node
     paid = micro_batches_paid(shape, profile.compute_for(ranks))
