@@ -51,17 +51,14 @@ def slurm_cluster(tmp_path_factory):
             cluster.stop(folder)
 
 
-#: files that run longest, mostly waiting on Slurm's jobs, a plan's calibration or a fault
-#: smoke's launches; xdist hands whole files (--dist loadfile) to the two workers in
-#: collection order, so these go first and overlap with the rest instead of trailing on one
-#: worker at the end
+#: files that run longest, mostly waiting on Slurm's jobs or a fault smoke's launches; xdist
+#: hands whole files (--dist loadfile) to the two workers in collection order, so these go
+#: first and overlap with the rest instead of trailing on one worker at the end
 LONGEST_FIRST = (
     "test_slurm_preemption.py",
-    "test_plan.py",
     "test_fault_smoke_damage.py",
     "test_fault_smoke.py",
     "test_slurm_runs.py",
-    "test_gpu_acceptance.py",
     "test_slurm_jobs.py",
 )
 
