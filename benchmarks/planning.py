@@ -75,6 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--plans", default=",".join(name for name, *_ in PLANS))
     parser.add_argument("--top", type=int, default=2, help="the plan's best layouts run")
     parser.add_argument("--spread", type=int, default=2, help="layouts spread through the rest")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="calibrate's runs of each fixed-cost measurement"
+    )
     return parser.parse_args(argv)
 
 
@@ -95,6 +98,7 @@ def run_plan(args, keep: Path, name, preset, ranks: int, batch: int, steps, name
         mtb(
             "plan", "calibrate", "--preset", preset, "--micro-batch", "1,2,4",
             "--nproc-per-node", f"1,{ranks}", "--device", "cpu", "--output", profile,
+            "--repeats", args.repeats,
         )  # fmt: skip
     verify = ["--verify", args.top, "--spread", args.spread]
     for label in named:

@@ -484,3 +484,66 @@ def test_a_timed_run_counts_its_fastest_trial_and_checkpointing_pays_its_own_cos
     shape = SimpleNamespace(engine="ddp", tp=1, sp=False, pp=1, cp=1, ep=1, checkpointing=True)
     assert mechanisms(shape) == ("ac",)
     assert mechanisms(SimpleNamespace(**{**vars(shape), "checkpointing": False})) == ()
+
+
+def _single(pm, workload, micro_batch: int):
+    """``single``'s registry entry and its checked layout at ``micro_batch`` without AC."""
+    entry = next(e for e in pm.registry("strategy") if e.name == "single")
+    (checked,) = [
+        c
+        for c in enumerate_layouts(pm, workload, 1, 1, "cpu")
+        if c.candidate.strategy == "single"
+        and c.candidate.micro_batch_size == micro_batch
+        and not c.candidate.activation_checkpointing
+    ]
+    return entry, checked
+
+
+def test_training_efficiency_scales_the_arithmetic_and_not_the_operator_calls():
+    """The calls' cost inside a step is the fixed costs' (measured at a negligible width), so
+    only FLOPs and bytes slow down with the efficiency."""
+    from mtb_plan.step_model import (
+        BACKWARD_OP_FACTOR,
+        BLOCK_FORWARD_OPS,
+        HEAD_FORWARD_OPS,
+        Shape,
+        micro_batch_compute_s,
+    )
+
+    pm, workload = get_plugin_manager(), Workload.of("tiny", 4, "fp32", "adamw")
+    entry, checked = _single(pm, workload, 4)
+    shape, compute = Shape.of(checked, entry.item), cpu_profile().compute[0]
+
+    def at(efficiency):
+        changed = attrs.evolve(compute, training_efficiency=efficiency)
+        return micro_batch_compute_s(workload, shape, changed)
+
+    forward = workload.n_layers * BLOCK_FORWARD_OPS + HEAD_FORWARD_OPS
+    calls = forward * (1 + BACKWARD_OP_FACTOR)
+    assert at(0.0) == pytest.approx(calls * compute.op_overhead_s)
+    assert at(3.0) - at(0.0) == pytest.approx(3 * (at(1.0) - at(0.0)))
+
+
+def test_training_efficiency_recovers_the_efficiency_a_run_measured_at(monkeypatch):
+    """A run that took what the model predicts at efficiency 2.5 calibrates 2.5, at the
+    largest micro-batch asked for; a noisy one never below 0.5."""
+    from mtb_plan import overheads
+
+    pm, workload = get_plugin_manager(), Workload.of("tiny", 1, "fp32", "adamw")
+    profile = cpu_profile()
+    slower = attrs.evolve(
+        profile, compute=(attrs.evolve(profile.compute[0], training_efficiency=2.5),)
+    )
+    seen = []
+
+    def step_s(run, full, device, runs):
+        seen.append(run.micro_batch_size)
+        entry, checked = _single(pm, full, run.micro_batch_size)
+        return overheads.predict(checked, entry.item, full, slower).step_time_ms / 1e3
+
+    monkeypatch.setattr(overheads, "_step_s", step_s)
+    runs = overheads.Runs(repeats=1)
+    found = overheads.training_efficiency(pm, workload, 1, profile, runs, print, 4)
+    assert found == pytest.approx(2.5) and seen == [4]
+    monkeypatch.setattr(overheads, "_step_s", lambda *args: 0.0)
+    assert overheads.training_efficiency(pm, workload, 1, profile, runs, print, 4) == 0.5

@@ -307,7 +307,9 @@ def model_states(strategy, checked, parameters: int) -> dict:
 
 def micro_batch_compute_s(workload, shape: Shape, compute) -> float:
     """Forward and backward of one micro-batch on the busiest stage: the most blocks, or the
-    last stage's fewer blocks and the head (core gives the remainder to the first stages)."""
+    last stage's fewer blocks and the head (core gives the remainder to the first stages).
+    ``training_efficiency`` scales the arithmetic (FLOPs and bytes), not the operator calls:
+    their cost inside a step is what the fixed costs measure at a negligible width."""
     block_forward = _block_s(workload, shape, compute)
     block_backward = _block_s(workload, shape, compute, backward=True)
     recompute = block_forward if shape.checkpointing else 0.0
@@ -317,7 +319,12 @@ def micro_batch_compute_s(workload, shape: Shape, compute) -> float:
     stages = [
         blocks * block + (head if i == last else 0.0) for i, blocks in enumerate(shape.stages)
     ]
-    return max(stages) * compute.training_efficiency
+    return max(stages)
+
+
+def _timed_s(compute, arithmetic_s: float, ops: float) -> float:
+    """Arithmetic at the operators' rates slowed by ``training_efficiency``, and the calls."""
+    return arithmetic_s * compute.training_efficiency + ops * compute.op_overhead_s
 
 
 def _block_s(workload, shape: Shape, compute, backward: bool = False) -> float:
@@ -341,11 +348,12 @@ def _block_s(workload, shape: Shape, compute, backward: bool = False) -> float:
         matmul_rate = compute.matmul_flops_per_s
         attention_rate = compute.attention_flops_per_s or matmul_rate
         factor = 1
-    return (
-        factor * (linear / matmul_rate + attention / attention_rate)
-        + factor * elementwise / compute.elementwise_bytes_per_s
-        + ops * compute.op_overhead_s
+    arithmetic = factor * (
+        linear / matmul_rate
+        + attention / attention_rate
+        + elementwise / compute.elementwise_bytes_per_s
     )
+    return _timed_s(compute, arithmetic, ops)
 
 
 def _moe_extra_flops(workload, shape: Shape) -> float:
@@ -365,11 +373,8 @@ def _head_s(workload, shape: Shape, compute) -> float:
     flops = 3 * workload.head_matmul_flops(shape.micro_batch, shape.tp) / shape.cp
     elementwise = 3 * workload.head_elementwise_bytes(shape.micro_batch) / shape.cp
     ops = (1 + BACKWARD_OP_FACTOR) * HEAD_FORWARD_OPS
-    return (
-        flops / compute.matmul_flops_per_s
-        + elementwise / compute.elementwise_bytes_per_s
-        + ops * compute.op_overhead_s
-    )
+    arithmetic = flops / compute.matmul_flops_per_s + elementwise / compute.elementwise_bytes_per_s
+    return _timed_s(compute, arithmetic, ops)
 
 
 def communication_s(workload, shape: Shape, profile, parameters: int) -> dict:
