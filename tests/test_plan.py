@@ -117,7 +117,7 @@ def test_calibration_gives_back_the_measured_step_at_each_per_byte_layout(monkey
             continue
         assert entry.per_parameter_byte_s > 0, entry.mechanism
         found = overheads._full_width(pm, workload, entry.mechanism, 2, calibrated, runs)
-        assert found[0].step_time_ms == pytest.approx(measured_s * 1e3), entry.mechanism
+        assert found.predicted.step_time_ms == pytest.approx(measured_s * 1e3), entry.mechanism
 
 
 def mtb(*args, timeout: int) -> subprocess.CompletedProcess:

@@ -28,14 +28,22 @@ def commands(group: click.Group, path: tuple[str, ...] = ("mtb",)):
             yield (*path, name), command
 
 
-def help_text(command: click.Command, path: tuple[str, ...]) -> str:
+def help_text(command: click.Command, path: tuple[str, ...], settings: dict) -> str:
+    """The help a user gets: contexts up the chain give the full usage line, and the root's
+    settings (``-h`` beside ``--help``) reach every command as they do when it is invoked."""
     parent = None
-    for depth in range(1, len(path)):  # contexts up the chain give the full usage line
+    for depth in range(1, len(path)):
+        root = settings if parent is None else {}
         parent = click.Context(
-            click.Command(path[depth - 1]), info_name=path[depth - 1], parent=parent
+            click.Command(path[depth - 1]), info_name=path[depth - 1], parent=parent, **root
         )
     context = click.Context(
-        command, info_name=path[-1], parent=parent, terminal_width=WIDTH, max_content_width=WIDTH
+        command,
+        info_name=path[-1],
+        parent=parent,
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        **(settings if parent is None else {}),
     )
     return command.get_help(context)
 
@@ -44,7 +52,8 @@ def render(cli: click.Group) -> str:
     sections = [HEADER]
     for path, command in commands(cli):
         title = " ".join(path)
-        sections.append(f"## `{title}`\n\n```text\n{help_text(command, path)}\n```\n")
+        text = help_text(command, path, cli.context_settings)
+        sections.append(f"## `{title}`\n\n```text\n{text}\n```\n")
     return "\n".join(sections)
 
 
