@@ -547,3 +547,37 @@ def test_training_efficiency_recovers_the_efficiency_a_run_measured_at(monkeypat
     assert found == pytest.approx(2.5) and seen == [4]
     monkeypatch.setattr(overheads, "_step_s", lambda *args: 0.0)
     assert overheads.training_efficiency(pm, workload, 1, profile, runs, print, 4) == 0.5
+
+
+def test_gradients_and_activations_add_up_only_where_a_forward_follows_a_backward():
+    """One micro-batch a step holds the larger of its activations and gradients (backward frees
+    the one as it makes the other); accumulation holds both; GPipe's first backward makes the
+    gradients beside the other micro-batches' activations."""
+    from mtb_plan.step_model import Shape, _states_and_activations
+
+    pm, workload = get_plugin_manager(), Workload.of("small", 4, "fp32", "adamw")
+    rows = plan_rows(pm, workload, World(nodes=1, per_node=1), cpu_profile())
+    single = {
+        (row["options"]["micro_batch_size"], row["options"]["grad_accum_steps"]): row["predicted"]
+        for row in rows
+        if row["strategy"] == "single" and not row["options"]["activation_checkpointing"]
+    }
+    for (_, accumulation), p in single.items():
+        gradients = p["model_state_bytes"] // 4  # 4 of adamw's 16 bytes per parameter
+        activations, rest = p["activation_bytes"], p["runtime_bytes"] + p["buffer_bytes"]
+        held = (
+            (activations + gradients if accumulation > 1 else max(activations, gradients))
+            + p["model_state_bytes"]
+            - gradients
+        )
+        assert p["peak_memory_bytes"] == pytest.approx(rest + held, abs=2)
+    assert {accumulation for _, accumulation in single} == {1, 2, 4}
+
+    entry, checked = _single(pm, workload, 2)
+    shape = Shape.of(checked, entry.item)
+    states = {"gradients": 400, "total": 1000}
+    gpipe = attrs.evolve(shape, accumulation=2, pipeline_microbatches=2, schedule="gpipe")
+    assert _states_and_activations(gpipe, states, 500) == 600 + max(500, 400 + 250)
+    assert _states_and_activations(gpipe, states, 900) == 600 + 900
+    one_f_one_b = attrs.evolve(gpipe, schedule="1f1b")
+    assert _states_and_activations(one_f_one_b, states, 500) == 600 + 500 + 400

@@ -19,7 +19,8 @@ head) is the sum of
 Memory per rank is the runtime's own (torch, the process group), the model
 states the strategy's own formula gives (``Strategy.state_bytes_estimate``,
 what ``mtb estimate-memory`` prints), the activations autograd saves for the
-micro-batches in flight, and the buffers of gathered parameters and logits.
+micro-batches in flight (gradients beside them only where a forward follows a
+backward in the step), and the buffers of gathered parameters and logits.
 docs/planning.md gives every equation with its source.
 """
 
@@ -200,7 +201,9 @@ def _prediction(
         step_time_ms=step_s * 1e3,
         tokens_per_s=tokens_per_s,
         mfu=None,
-        peak_memory_bytes=int(runtime + states["total"] + activations + buffers),
+        peak_memory_bytes=int(
+            runtime + _states_and_activations(shape, states, activations) + buffers
+        ),
         model_state_bytes=int(states["total"]),
         activation_bytes=int(activations),
         buffer_bytes=int(buffers),
@@ -546,6 +549,27 @@ def activation_bytes(workload, shape: Shape) -> float:
             held += workload.head_activation_bytes(shape.micro_batch, shape.cp)
         peaks.append(held * _in_flight(shape, stage))
     return max(peaks)
+
+
+def _states_and_activations(shape: Shape, states: dict, activations: float) -> float:
+    """Model states and activations at the peak; gradients and activations add up only where a
+    forward runs after a backward of the same step.
+
+    The trainer sets gradients to None after each step, so a step's first forward saves its
+    activations with no gradients held, and backward frees activations as it makes
+    gradients: one micro-batch a step holds the larger of the two. Under accumulation, and
+    in 1F1B (a stage runs forwards after its first backward), a forward saves activations
+    beside the gradients of the micro-batches before it. GPipe runs every forward first: its
+    first backward makes the gradients beside the other micro-batches' activations.
+    """
+    gradients = states.get("gradients", 0)
+    rest = states["total"] - gradients
+    if shape.accumulation == 1:
+        return rest + max(activations, gradients)
+    if shape.schedule == "gpipe":
+        waiting = activations * (shape.pipeline_microbatches - 1) / shape.pipeline_microbatches
+        return rest + max(activations, gradients + waiting)
+    return rest + activations + gradients
 
 
 def _in_flight(shape: Shape, stage: int) -> int:
