@@ -75,6 +75,37 @@ def test_predicted_model_states_equal_estimate_memory(tmp_path):
     assert seen >= 10
 
 
+def test_a_pipeline_stage_holds_gradients_beside_activations_once_a_forward_follows_a_backward():
+    """GPipe runs every forward first, on every stage; in 1F1B a stage runs pp - i forwards
+    first, so with pp micro-batches the first stage is GPipe's and the last runs a forward
+    after its first backward, and with more micro-batches every stage does."""
+    from mtb_plan.step_model import Shape, _states_and_activations, stage_activation_bytes
+
+    pm = get_plugin_manager()
+    workload = Workload.of("small", 8, "fp32", "adamw")
+    strategies = {entry.name: entry.item for entry in pm.registry("strategy")}
+    shapes = {
+        (o.mesh["pp_schedule"], o.mesh["pp_microbatches"]): Shape.of(row, strategies["nd"])
+        for row in enumerate_layouts(pm, workload, 1, 2, "cpu")
+        if row.refused is None and (o := row.candidate).mesh.get("pp", 1) == 2
+        if o.micro_batch_size == 8 and not o.activation_checkpointing
+    }
+    states = {"gradients": 400, "total": 1600}  # 1200 besides the gradients
+
+    def peak(schedule, m, stages):
+        return _states_and_activations(shapes[(schedule, m)], states, stages)
+
+    gpipe, one_f_one_b = (
+        stage_activation_bytes(workload, shapes[(s, 2)]) for s in ("gpipe", "1f1b")
+    )
+    assert gpipe[0] == one_f_one_b[0] and gpipe[1] == 2 * one_f_one_b[1]  # in flight: 2,2 / 2,1
+    assert peak("gpipe", 2, [1000, 100]) == 1200 + max(1000, 400 + 500)
+    assert peak("gpipe", 2, [300, 100]) == 1200 + 400 + 150
+    assert peak("1f1b", 2, [300, 100]) == 1200 + max(400 + 150, 100 + 400)  # stage 1: 1 first
+    assert peak("1f1b", 2, [300, 350]) == 1200 + 350 + 400
+    assert peak("1f1b", 4, [300, 100]) == 1200 + 300 + 400
+
+
 def profile_for(per_node: int) -> Profile:
     """A profile with every figure a CPU layout of ``per_node`` ranks asks for."""
     compute = Compute(

@@ -543,18 +543,21 @@ def test_training_efficiency_recovers_the_efficiency_a_run_measured_at(monkeypat
 
     monkeypatch.setattr(overheads, "_step_s", step_s)
     runs = overheads.Runs(repeats=1)
-    found = overheads.training_efficiency(pm, workload, 1, profile, runs, print, 4)
-    assert found == pytest.approx(2.5) and seen == [4]
+    found, how = overheads.training_efficiency(pm, workload, 1, profile, runs, print, (1, 4, 2))
+    assert found == pytest.approx(2.5) and seen == [4] and "micro-batch 4" in how
+    # where micro-batch 4 would not fit a rank's memory, the largest that does is run
+    two = Workload.of("tiny", 2, "fp32", "adamw")
+    entry, checked = _single(pm, two, 2)
+    peak = overheads.predict(checked, entry.item, two, profile).peak_memory_bytes
+    small = attrs.evolve(profile, memory_bytes=peak)
+    assert overheads.efficiency_micro_batch(pm, workload, 1, small, (1, 2, 4)) == 2
     monkeypatch.setattr(overheads, "_step_s", lambda *args: 0.0)
-    assert overheads.training_efficiency(pm, workload, 1, profile, runs, print, 4) == 0.5
+    assert overheads.training_efficiency(pm, workload, 1, profile, runs, print, (4,))[0] == 0.5
 
 
 def test_gradients_and_activations_add_up_only_where_a_forward_follows_a_backward():
     """One micro-batch a step holds the larger of its activations and gradients (backward frees
-    the one as it makes the other); accumulation holds both; GPipe's first backward makes the
-    gradients beside the other micro-batches' activations."""
-    from mtb_plan.step_model import Shape, _states_and_activations
-
+    the one as it makes the other); accumulation holds both."""
     pm, workload = get_plugin_manager(), Workload.of("small", 4, "fp32", "adamw")
     rows = plan_rows(pm, workload, World(nodes=1, per_node=1), cpu_profile())
     single = {
@@ -573,11 +576,19 @@ def test_gradients_and_activations_add_up_only_where_a_forward_follows_a_backwar
         assert p["peak_memory_bytes"] == pytest.approx(rest + held, abs=2)
     assert {accumulation for _, accumulation in single} == {1, 2, 4}
 
-    entry, checked = _single(pm, workload, 2)
+
+def test_the_optimizer_step_holds_gradients_and_on_cuda_adamws_temporaries():
+    """torch's AdamW on CUDA (foreach) copies every parameter it updates; on CPU it goes one
+    parameter at a time. Where gradients outweigh activations that step is the peak."""
+    from mtb_plan.step_model import Shape, _states_and_activations, optimizer_temporary_bytes
+
+    pm, workload = get_plugin_manager(), Workload.of("small", 1, "fp32", "adamw")
+    entry, checked = _single(pm, workload, 1)
     shape = Shape.of(checked, entry.item)
-    states = {"gradients": 400, "total": 1000}
-    gpipe = attrs.evolve(shape, accumulation=2, pipeline_microbatches=2, schedule="gpipe")
-    assert _states_and_activations(gpipe, states, 500) == 600 + max(500, 400 + 250)
-    assert _states_and_activations(gpipe, states, 900) == 600 + 900
-    one_f_one_b = attrs.evolve(gpipe, schedule="1f1b")
-    assert _states_and_activations(one_f_one_b, states, 500) == 600 + 500 + 400
+    states = {"parameters": 400, "gradients": 400, "optimizer_state": 800, "total": 1600}
+    assert optimizer_temporary_bytes(shape, states, "cpu", "adamw") == 0
+    assert optimizer_temporary_bytes(shape, states, "cuda", "sgd") == 0
+    temporaries = optimizer_temporary_bytes(shape, states, "cuda", "adamw")
+    assert temporaries == 400
+    assert _states_and_activations(shape, states, [300], temporaries) == 1200 + 400 + 400
+    assert _states_and_activations(shape, states, [900], temporaries) == 1200 + 900

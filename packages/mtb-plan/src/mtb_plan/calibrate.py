@@ -253,26 +253,16 @@ def calibrate(
         for entry in overheads.measure(pm, workload, nproc, profile, runs, progress)
     ]
     profile = attrs.evolve(profile, overhead=tuple(found))
-    micro = max(micro_batches)
-    efficient = [
-        attrs.evolve(
-            entry,
-            training_efficiency=overheads.training_efficiency(
-                pm, workload, entry.ranks_per_node, profile, runs, progress, micro
-            ),
-            how=entry.how + EFFICIENCY_HOW.format(micro=micro, runs=runs.repeats),
+    efficient = []
+    for entry in profile.compute:
+        efficiency, how = overheads.training_efficiency(
+            pm, workload, entry.ranks_per_node, profile, runs, progress, micro_batches
         )
-        for entry in profile.compute
-    ]
+        efficient.append(attrs.evolve(entry, training_efficiency=efficiency, how=entry.how + how))
     profile = attrs.evolve(profile, compute=tuple(efficient))
     return overheads.with_parameter_costs(pm, workload, profile, runs, progress)
 
 
-EFFICIENCY_HOW = (
-    "; training efficiency: the full workload on plain data parallelism at micro-batch "
-    "{micro} (the largest timed), the fastest median step of {runs} run(s), less the rest of "
-    "the model's prediction, over its arithmetic at the operators' rates"
-)
 RUNTIME_HOW = (
     "the peak memory of `mtb run --strategy single --preset tiny` (a model of 30 thousand "
     "parameters): the interpreter, torch, mtb and its process group, measured as a "

@@ -31,6 +31,7 @@ from mtb.api import UsageError
 from mtb_plan.layouts import Candidate, check
 from mtb_plan.profile import Overhead
 from mtb_plan.step_model import (
+    Prediction,
     Shape,
     fixed_cost_split,
     micro_batch_compute_s,
@@ -241,11 +242,27 @@ def _fastest(repeats: int) -> str:
 class FullWidth:
     """A full-width calibration run: the model's prediction for it and its measured step."""
 
-    predicted: object
+    predicted: Prediction
     measured_ms: float
     shape: Shape
     parameters: int
     workload: Workload
+
+
+def _planned(pm, workload: Workload, mechanism: str, ranks: int, profile, micro: int):
+    """(run, full-width workload, checked layout, strategy) of ``mechanism``'s calibration
+    layout at ``micro`` sequences per rank; None where it is refused or not installed."""
+    run = candidate(mechanism, ranks)
+    strategies = pm.registry("strategy")
+    registry = {entry.name: entry for entry in strategies}
+    if run is None or run.strategy not in registry:
+        return None
+    run = attrs.evolve(run, micro_batch_size=micro)
+    full = Workload.of(
+        workload.preset, run.world_size * micro, workload.precision, workload.optimizer
+    )
+    checked = check(strategies, run, full, profile.device)
+    return None if checked.refused else (run, full, checked, registry[run.strategy].item)
 
 
 def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, runs: Runs, micro=1):
@@ -253,51 +270,59 @@ def _full_width(pm, workload: Workload, mechanism: str, ranks: int, profile, run
     layout, predicted and measured (a ``FullWidth``); None where it is refused."""
     from mtb.api import rank_parameter_count
 
-    run = candidate(mechanism, ranks)
-    strategies = pm.registry("strategy")
-    registry = {entry.name: entry for entry in strategies}
-    if run is None or run.strategy not in registry:
+    planned = _planned(pm, workload, mechanism, ranks, profile, micro)
+    if planned is None:
         return None
-    run = attrs.evolve(run, micro_batch_size=micro)
-    entry = registry[run.strategy]
-    full = Workload.of(
-        workload.preset, run.world_size * micro, workload.precision, workload.optimizer
-    )
-    checked = check(strategies, run, full, profile.device)
-    if checked.refused:
-        return None
-    predicted = predict(checked, entry.item, full, profile)
+    run, full, checked, strategy = planned
+    predicted = predict(checked, strategy, full, profile)
     measured_ms = _step_s(run, full, profile.device, runs) * 1e3
-    shape = Shape.of(checked, entry.item)
+    shape = Shape.of(checked, strategy)
     parameters = rank_parameter_count(checked.config.model, shape.tp, shape.pp)
     return FullWidth(predicted, measured_ms, shape, parameters, full)
 
 
-def training_efficiency(
-    pm, workload: Workload, ranks: int, profile, runs: Runs, progress, micro: int = 1
-) -> float:
-    """Measured arithmetic of the real workload in a training step over the operators' figure.
+def efficiency_micro_batch(pm, workload: Workload, ranks: int, profile, micro_batches) -> int:
+    """The largest of ``micro_batches`` whose base layout is predicted to fit a rank's memory
+    (the smallest where none is)."""
+    capacity = profile.memory_per_rank(ranks)
+    for micro in sorted(micro_batches, reverse=True):
+        planned = _planned(pm, workload, "base", ranks, profile, micro)
+        if planned is not None:
+            _, full, checked, strategy = planned
+            if predict(checked, strategy, full, profile).peak_memory_bytes <= capacity:
+                return micro
+    return min(micro_batches)
 
-    The full-width workload at ``micro`` sequences per rank (calibrate gives its largest
-    micro-batch, where the arithmetic is the largest share of the step) on plain data
-    parallelism (``single`` on one rank): its measured step, less everything else the
-    model predicts for it (fixed costs, operator calls, collectives, the optimizer), over
-    the arithmetic (FLOPs and bytes) the operator figures predict. A ratio taken where the
-    arithmetic is a small share carries the run's noise many times over: one sequence of
-    ``tiny`` on 4 ranks is about a millisecond of a 25 ms step, and one calibration
-    measured 7.1 where the one before measured 3.8. 1 where the run is refused here.
+
+def training_efficiency(
+    pm, workload: Workload, ranks: int, profile, runs: Runs, progress, micro_batches=(1,)
+) -> tuple[float, str]:
+    """Measured arithmetic of the real workload in a training step over the operators' figure,
+    and how it was measured ("" where the run is refused here: then 1).
+
+    The full-width workload at the largest of ``micro_batches`` that fits (calibrate gives
+    the micro-batches it timed; there the arithmetic is the largest share of the step) on
+    plain data parallelism (``single`` on one rank): its measured step, less everything
+    else the model predicts for it (fixed costs, operator calls, collectives, the
+    optimizer), over the arithmetic (FLOPs and bytes) the operator figures predict. A
+    ratio taken where the arithmetic is a small share carries the run's noise many times
+    over: one sequence of ``tiny`` on 4 ranks is about a millisecond of a 25 ms step, and
+    one calibration measured 7.1 where the one before measured 3.8.
     """
+    micro = efficiency_micro_batch(pm, workload, ranks, profile, micro_batches)
     progress(f"training efficiency at {ranks} rank(s) per node: {workload.preset} mb{micro}")
     found = _full_width(pm, workload, "base", ranks, profile, runs, micro)
     if found is None:
-        return 1.0
-    arithmetic_ms = _arithmetic_ms(found, profile.compute_for(ranks))
-    besides_ms = found.predicted.step_time_ms - arithmetic_ms * _efficiency(profile, ranks)
-    return max(0.5, (found.measured_ms - besides_ms) / arithmetic_ms)
-
-
-def _efficiency(profile, ranks: int) -> float:
-    return profile.compute_for(ranks).training_efficiency
+        return 1.0, ""
+    compute = profile.compute_for(ranks)
+    arithmetic_ms = _arithmetic_ms(found, compute)
+    besides_ms = found.predicted.step_time_ms - arithmetic_ms * compute.training_efficiency
+    how = (
+        f"; training efficiency: the full workload on plain data parallelism at micro-batch "
+        f"{micro} (the largest timed that fits), its median step ({_fastest(runs.repeats)}) "
+        "less the rest of the model's prediction, over its arithmetic at the operators' rates"
+    )
+    return max(0.5, (found.measured_ms - besides_ms) / arithmetic_ms), how
 
 
 def _arithmetic_ms(found: FullWidth, compute) -> float:

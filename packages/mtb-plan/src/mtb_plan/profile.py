@@ -57,10 +57,11 @@ class Compute:
     where a separate stream and the network carry it). ``peak_flops_per_s``:
     the datasheet peak MFU is computed against (None: the measured matmul
     throughput, as mtb's MFU on a CPU). ``training_efficiency``: how much
-    longer the workload's operators take inside a training step than timed
-    alone (colder caches, allocation, the other work of the step): the full
-    workload run one micro-batch deep on plain data parallelism, its measured
-    step less everything else the model predicts, over the predicted compute.
+    longer the workload's arithmetic (FLOPs and bytes, not operator calls)
+    takes inside a training step than timed alone (colder caches, allocation,
+    the other work of the step): the full workload on plain data parallelism
+    at the largest micro-batch calibrated that fits, its measured step less
+    everything else the model predicts, over the predicted arithmetic.
     """
 
     ranks_per_node: int

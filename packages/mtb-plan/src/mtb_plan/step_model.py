@@ -185,9 +185,11 @@ def predict(checked, strategy, workload, profile) -> Prediction:
 def _prediction(
     workload, shape: Shape, profile, states: dict, parameters: int, terms: dict
 ) -> Prediction:
-    activations = activation_bytes(workload, shape)
+    stages = stage_activation_bytes(workload, shape)
+    activations = max(stages)
     buffers = buffer_bytes(workload, shape, parameters)
     runtime = profile.runtime_for(shape.engine)
+    temporaries = optimizer_temporary_bytes(shape, states, profile.device, workload.optimizer)
     step_s = terms["step_s"]
     costs = {
         "compute": terms["compute_s"],
@@ -202,7 +204,7 @@ def _prediction(
         tokens_per_s=tokens_per_s,
         mfu=None,
         peak_memory_bytes=int(
-            runtime + _states_and_activations(shape, states, activations) + buffers
+            runtime + _states_and_activations(shape, states, stages, temporaries) + buffers
         ),
         model_state_bytes=int(states["total"]),
         activation_bytes=int(activations),
@@ -528,8 +530,8 @@ def exposed_comm_s(comm: dict, compute_s: float, compute) -> dict:
     return exposed
 
 
-def activation_bytes(workload, shape: Shape) -> float:
-    """What autograd holds at the peak, on the fullest stage.
+def stage_activation_bytes(workload, shape: Shape) -> list[float]:
+    """What autograd holds on each stage at its peak (one stage without a pipeline).
 
     Without a pipeline one micro-batch's activations. GPipe keeps every
     micro-batch's until backward; 1F1B keeps pp - i on stage i (the first
@@ -548,28 +550,46 @@ def activation_bytes(workload, shape: Shape) -> float:
         if stage == last:
             held += workload.head_activation_bytes(shape.micro_batch, shape.cp)
         peaks.append(held * _in_flight(shape, stage))
-    return max(peaks)
+    return peaks
 
 
-def _states_and_activations(shape: Shape, states: dict, activations: float) -> float:
-    """Model states and activations at the peak; gradients and activations add up only where a
-    forward runs after a backward of the same step.
+def _states_and_activations(
+    shape: Shape, states: dict, stages: list[float], temporaries: float = 0.0
+) -> float:
+    """Model states and activations at the peak of the fullest stage (``stages``: each
+    stage's activations at its peak); gradients and activations add up only on a stage
+    that runs a forward after a backward of the same step.
 
     The trainer sets gradients to None after each step, so a step's first forward saves its
     activations with no gradients held, and backward frees activations as it makes
-    gradients: one micro-batch a step holds the larger of the two. Under accumulation, and
-    in 1F1B (a stage runs forwards after its first backward), a forward saves activations
-    beside the gradients of the micro-batches before it. GPipe runs every forward first: its
-    first backward makes the gradients beside the other micro-batches' activations.
+    gradients. A stage that runs all of its m micro-batches' forwards before its first
+    backward (one micro-batch a step, GPipe, 1F1B's first stages when m <= pp) holds the
+    larger of its activations and the gradients beside the other micro-batches'
+    activations. Where a forward follows a backward (accumulation, 1F1B's later
+    micro-batches) it saves activations beside the gradients. The optimizer step then holds
+    the gradients and its ``temporaries``.
     """
     gradients = states.get("gradients", 0)
-    rest = states["total"] - gradients
-    if shape.accumulation == 1:
-        return rest + max(activations, gradients)
-    if shape.schedule == "gpipe":
-        waiting = activations * (shape.pipeline_microbatches - 1) / shape.pipeline_microbatches
-        return rest + max(activations, gradients + waiting)
-    return rest + activations + gradients
+    m = shape.accumulation
+    held = []
+    for stage, activations in enumerate(stages):
+        first = _in_flight(shape, stage)  # forwards before the stage's first backward
+        if m > first:
+            held.append(activations + gradients)
+        else:
+            held.append(max(activations, gradients + activations * (first - 1) / first))
+    return states["total"] - gradients + max(*held, gradients + temporaries)
+
+
+def optimizer_temporary_bytes(shape: Shape, states: dict, device: str, optimizer: str) -> float:
+    """What the optimizer step allocates beside the states. torch's AdamW on CUDA takes its
+    multi-tensor (foreach) path, whose square root of the second moment is a copy of every
+    parameter the rank updates (4 bytes each: half of AdamW's 8 bytes of state). On CPU it
+    updates one parameter at a time (one parameter's temporary, not counted); DeepSpeed's
+    fused AdamW updates in place."""
+    if device != "cuda" or optimizer != "adamw" or shape.engine == "zero":
+        return 0.0
+    return states.get("optimizer_state", 0) / 2
 
 
 def _in_flight(shape: Shape, stage: int) -> int:

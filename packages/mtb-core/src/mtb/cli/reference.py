@@ -52,7 +52,8 @@ def render(cli: click.Group) -> str:
     sections = [HEADER]
     for path, command in commands(cli):
         title = " ".join(path)
-        text = help_text(command, path, cli.context_settings)
+        names = cli.context_settings.get("help_option_names")
+        text = help_text(command, path, {"help_option_names": names} if names else {})
         sections.append(f"## `{title}`\n\n```text\n{text}\n```\n")
     return "\n".join(sections)
 
