@@ -106,6 +106,28 @@ def test_a_pipeline_stage_holds_gradients_beside_activations_once_a_forward_foll
     assert peak("1f1b", 4, [300, 100]) == 1200 + 300 + 400
 
 
+def test_hsdp_accumulating_with_a_sync_each_micro_batch_holds_a_second_gradient_copy():
+    """FSDP2 over replicas keeps each unit's reduce output to the end of the backward; on the
+    second micro-batch those are added into the gradients: two copies at once."""
+    pm = get_plugin_manager()
+    workload = Workload.of("small", 4, "fp32", "adamw")
+    rows = plan_rows(pm, workload, World(nodes=1, per_node=2), profile_for(2))
+    by_label = {row["label"]: row["predicted"] for row in rows if row["predicted"]}
+
+    def held(label: str) -> tuple[int, int, int]:
+        """(what the model adds to runtime, states and buffers; activations; gradients)"""
+        p = by_label[label]
+        besides = p["runtime_bytes"] + p["model_state_bytes"] + p["buffer_bytes"]
+        return p["peak_memory_bytes"] - besides, p["activation_bytes"], p["model_state_bytes"] // 4
+
+    extra, activations, gradients = held("nd rep2 mb1 ×2")  # gradients: 4 of adamw's 16 bytes
+    assert activations < gradients and extra == pytest.approx(gradients, abs=2)
+    extra, activations, _ = held("ddp mb1 ×2")  # DDP adds into its own gradients
+    assert extra == pytest.approx(activations, abs=2)
+    extra, activations, gradients = held("nd rep2 mb2")  # one micro-batch a step
+    assert extra == pytest.approx(max(activations, gradients) - gradients, abs=2)
+
+
 def profile_for(per_node: int) -> Profile:
     """A profile with every figure a CPU layout of ``per_node`` ranks asks for."""
     compute = Compute(

@@ -189,7 +189,7 @@ def _prediction(
     activations = max(stages)
     buffers = buffer_bytes(workload, shape, parameters)
     runtime = profile.runtime_for(shape.engine)
-    temporaries = optimizer_temporary_bytes(shape, states, profile.device, workload.optimizer)
+    besides = besides_gradients_bytes(shape, states, profile.device, workload.optimizer)
     step_s = terms["step_s"]
     costs = {
         "compute": terms["compute_s"],
@@ -204,7 +204,7 @@ def _prediction(
         tokens_per_s=tokens_per_s,
         mfu=None,
         peak_memory_bytes=int(
-            runtime + _states_and_activations(shape, states, stages, temporaries) + buffers
+            runtime + _states_and_activations(shape, states, stages, besides) + buffers
         ),
         model_state_bytes=int(states["total"]),
         activation_bytes=int(activations),
@@ -554,7 +554,7 @@ def stage_activation_bytes(workload, shape: Shape) -> list[float]:
 
 
 def _states_and_activations(
-    shape: Shape, states: dict, stages: list[float], temporaries: float = 0.0
+    shape: Shape, states: dict, stages: list[float], besides: float = 0.0
 ) -> float:
     """Model states and activations at the peak of the fullest stage (``stages``: each
     stage's activations at its peak); gradients and activations add up only on a stage
@@ -566,8 +566,9 @@ def _states_and_activations(
     backward (one micro-batch a step, GPipe, 1F1B's first stages when m <= pp) holds the
     larger of its activations and the gradients beside the other micro-batches'
     activations. Where a forward follows a backward (accumulation, 1F1B's later
-    micro-batches) it saves activations beside the gradients. The optimizer step then holds
-    the gradients and its ``temporaries``.
+    micro-batches) it saves activations beside the gradients. Once the activations are freed
+    the step holds the gradients and ``besides``: the optimizer's temporaries, or what
+    FSDP2 keeps to the end of a backward (``besides_gradients_bytes``).
     """
     gradients = states.get("gradients", 0)
     m = shape.accumulation
@@ -578,7 +579,26 @@ def _states_and_activations(
             held.append(activations + gradients)
         else:
             held.append(max(activations, gradients + activations * (first - 1) / first))
-    return states["total"] - gradients + max(*held, gradients + temporaries)
+    return states["total"] - gradients + max(*held, gradients + besides)
+
+
+def besides_gradients_bytes(shape: Shape, states: dict, device: str, optimizer: str) -> float:
+    """The most a step holds beside its gradients once its activations are freed."""
+    return max(
+        optimizer_temporary_bytes(shape, states, device, optimizer),
+        held_reduce_bytes(shape, states),
+    )
+
+
+def held_reduce_bytes(shape: Shape, states: dict) -> float:
+    """What FSDP2 under HSDP keeps to the end of a backward: each unit's reduce output, held for
+    its all-reduce over the replicas until the backward ends (torch's ``_all_reduce_state``).
+    On a step's first micro-batch the gradients are those outputs; on a later micro-batch
+    of an accumulating step, reducing every micro-batch, they are added into the gradients,
+    so a second copy of the gradients is live when the backward ends."""
+    if shape.engine == "fsdp" and shape.dp_replicate > 1 and shape.syncs > 1:
+        return states.get("gradients", 0)
+    return 0.0
 
 
 def optimizer_temporary_bytes(shape: Shape, states: dict, device: str, optimizer: str) -> float:
