@@ -28,14 +28,13 @@ def commands(group: click.Group, path: tuple[str, ...] = ("mtb",)):
             yield (*path, name), command
 
 
-def help_text(command: click.Command, path: tuple[str, ...], settings: dict) -> str:
+def help_text(command: click.Command, path: tuple[str, ...], help_names) -> str:
     """The help a user gets: contexts up the chain give the full usage line, and the root's
-    settings (``-h`` beside ``--help``) reach every command as they do when it is invoked."""
+    help option names (``-h`` beside ``--help``) reach every command as when it is invoked."""
     parent = None
-    for depth in range(1, len(path)):
-        root = settings if parent is None else {}
+    for name in path[:-1]:
         parent = click.Context(
-            click.Command(path[depth - 1]), info_name=path[depth - 1], parent=parent, **root
+            click.Command(name), info_name=name, parent=parent, help_option_names=help_names
         )
     context = click.Context(
         command,
@@ -43,17 +42,17 @@ def help_text(command: click.Command, path: tuple[str, ...], settings: dict) -> 
         parent=parent,
         terminal_width=WIDTH,
         max_content_width=WIDTH,
-        **(settings if parent is None else {}),
+        help_option_names=help_names,
     )
     return command.get_help(context)
 
 
 def render(cli: click.Group) -> str:
     sections = [HEADER]
+    help_names = cli.context_settings.get("help_option_names")
     for path, command in commands(cli):
         title = " ".join(path)
-        names = cli.context_settings.get("help_option_names")
-        text = help_text(command, path, {"help_option_names": names} if names else {})
+        text = help_text(command, path, help_names)
         sections.append(f"## `{title}`\n\n```text\n{text}\n```\n")
     return "\n".join(sections)
 
