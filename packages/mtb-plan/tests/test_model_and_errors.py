@@ -249,7 +249,7 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
 def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     from types import SimpleNamespace
 
-    from mtb_plan.overheads import _increment
+    from mtb_plan.overheads import _fitted, _parts
     from mtb_plan.profile import Overhead
     from mtb_plan.step_model import fixed_costs_s, micro_batches_paid
 
@@ -285,22 +285,85 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     assert fixed_costs_s(shape(2, 4, "replicate"), profile, 0) == pytest.approx(2.5 * 0.008)
     assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(4 * 0.050)
     # a calibration run's residual gives back the cost its mechanism was given
-    paid = micro_batches_paid(shape(2, 2), compute)
-    residual = fixed_costs_s(shape(2, 2), profile, 0)
-    assert _increment("pp", residual, shape(2, 2), costs, paid) == pytest.approx(-0.002)
-    assert _increment("fsdp", 4 * 0.050, shape(1, 4), costs, 4) == pytest.approx(0.040)
+    known = {name: (seconds, 0.0) for name, seconds in costs.items()}
+    for mechanism, runs in (("pp", (shape(2, 2), shape(2, 4))), ("fsdp", (shape(1, 1),))):
+        fitted = [
+            _fitted(mechanism, fixed_costs_s(run, profile, 0), run, known, compute) for run in runs
+        ]
+        assert _parts(fitted) == pytest.approx((costs[mechanism], 0.0))
+
+
+def test_fixed_costs_split_per_micro_batch_and_per_step_and_calibrate_gives_them_back():
+    from types import SimpleNamespace
+
+    from mtb_plan.overheads import _fitted, _parts
+    from mtb_plan.profile import Overhead
+    from mtb_plan.step_model import fixed_costs_s
+
+    parts = {"base": (0.003, 0.030), "tp": (0.020, 0.015), "pp": (0.004, 0.002)}
+    entries = tuple(
+        Overhead(mechanism=name, ranks_per_node=4, per_micro_batch_s=micro, per_step_s=step)
+        for name, (micro, step) in parts.items()
+    )
+    compute = attrs.evolve(cpu_profile().compute[0], ranks_per_node=4, solo_speedup=1.0)
+    profile = cpu_profile(overhead=entries, compute=(compute,))
+
+    def shape(accumulation, tp=1, pp=1):
+        return SimpleNamespace(
+            accumulation=accumulation,
+            pp=pp,
+            per_node=4,
+            sharding="none",
+            engine="ddp",
+            tp=tp,
+            sp=False,
+            cp=1,
+            ep=1,
+            checkpointing=False,
+            stages=(2,) * pp,
+        )
+
+    # the step's costs once, the micro-batch's each time: 4 micro-batches of tp
+    assert fixed_costs_s(shape(4, tp=2), profile, 0) == pytest.approx(4 * 0.023 + 0.045)
+    # a two-stage pipeline of tp: each stage half the blocks over 4 + 2 - 1 slots
+    assert fixed_costs_s(shape(4, 2, 2), profile, 0) == pytest.approx(2.5 * 0.027 + 0.047)
+    # the two calibration runs of each mechanism (one and two micro-batches) give its parts back
+    known = {}
+    for mechanism, runs in (
+        ("base", (shape(1), shape(2))),
+        ("tp", (shape(1, 2), shape(2, 2))),
+        ("pp", (shape(2, 1, 2), shape(4, 1, 2))),
+    ):
+        fitted = [
+            _fitted(mechanism, fixed_costs_s(run, profile, 0), run, known, compute) for run in runs
+        ]
+        known[mechanism] = _parts(fitted)
+        assert known[mechanism] == pytest.approx(parts[mechanism])
+
+
+def test_a_part_of_the_other_sign_from_noise_folds_into_the_other_part():
+    from mtb_plan.overheads import _parts
+
+    # a second micro-batch measured cheaper than the first: all of it once a step
+    assert _parts([(1, 0.030), (2, 0.028)]) == pytest.approx((0.0, 0.030))
+    # a second micro-batch measured more than twice the first: all of it per micro-batch
+    assert _parts([(1, 0.010), (2, 0.025)]) == pytest.approx((0.010, 0.0))
+    # a negative increment keeps its sign in both parts' sum
+    assert _parts([(1, -0.004), (2, -0.006)]) == pytest.approx((-0.002, -0.002))
 
 
 def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypatch):
     """The repeats of the fixed-cost runs alternate over the mechanisms, so a slow stretch of
-    the machine falls on one run of several, and the fastest of a mechanism's runs counts."""
+    the machine falls on one run of several, and the fastest of a mechanism's runs counts;
+    each mechanism runs at one and two micro-batches, what the second adds is per micro-batch."""
     from mtb_plan import overheads
 
     launched = []
-    seconds = iter([0.9, 0.5, 0.2, 0.7])  # base, ac, base, ac
+    # per pass: base at 1 and 2 micro-batches, then ac at 1 and 2
+    seconds = iter([0.9, 0.5, 0.6, 0.95, 0.2, 0.3, 0.7, 0.8])
 
     def one_run(run, workload, device, timeout_s):
-        launched.append("ac" if run.activation_checkpointing else "base")
+        launched.append(("ac" if run.activation_checkpointing else "base", run.grad_accum_steps))
         return next(seconds)
 
     monkeypatch.setattr(overheads, "_one_run_s", one_run)
@@ -311,11 +374,20 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypa
     )
     runs = overheads.Runs(repeats=2)
     found = {e.mechanism: e for e in overheads.measure(pm, workload, 1, profile, runs, print)}
-    assert launched == ["base", "ac", "base", "ac"]
+    assert launched == [("base", 1), ("base", 2), ("ac", 1), ("ac", 2)] * 2
     nano = overheads.nano_overrides(workload)
-    base_s, ac_s = (overheads._nano_run(pm, workload, nano, m, 1, profile)[2] for m in launched[:2])
-    assert found["base"].per_micro_batch_s == pytest.approx(0.2 - base_s)
-    assert found["ac"].per_micro_batch_s == pytest.approx(0.5 - ac_s - (0.2 - base_s))
+    predicted = {
+        key: overheads._nano_run(pm, workload, nano, key[0], 1, profile, key[1])[2]
+        for key in launched[:4]
+    }
+    base_1, base_2 = 0.2 - predicted["base", 1], 0.3 - predicted["base", 2]
+    base_micro = base_2 - base_1
+    assert found["base"].per_micro_batch_s == pytest.approx(base_micro)
+    assert found["base"].per_step_s == pytest.approx(base_1 - base_micro)
+    ac_1 = 0.6 - predicted["ac", 1] - base_1
+    ac_2 = 0.8 - predicted["ac", 2] - (base_1 + base_micro)
+    assert found["ac"].per_micro_batch_s == pytest.approx(ac_2 - ac_1)
+    assert found["ac"].per_step_s == pytest.approx(ac_1 - (ac_2 - ac_1))
     assert "the fastest of 2 runs, each in its own pass" in found["ac"].how
 
 
@@ -331,6 +403,9 @@ def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     assert candidate("tp", 4).mesh == {"tp": 2, "dp_shard": 2}
     assert candidate("cp", 2).mesh == {"cp": 2, "dp_shard": 1}
     assert candidate("pp", 3) is None
+    twice = candidate("pp", 4, micro_batches=2)  # a pipeline's own micro-batches, doubled
+    assert twice.mesh["pp_microbatches"] == 4 and twice.micro_batch_size == 4
+    assert twice.grad_accum_steps == 1 and candidate("tp", 4, 2).grad_accum_steps == 2
     checkpointed = candidate("ac", 2)
     assert checkpointed.activation_checkpointing and checkpointed.strategy == "ddp"
     assert candidate("ac", 1).strategy == "single" and candidate("ac", 1).activation_checkpointing

@@ -92,14 +92,15 @@ def summary(profile):
             f"{curve.latency_s * 1e6:.1f} us",
             f"{curve.bus_bandwidth_bytes_per_s / 1e9:.3f} GB/s",
         )
-    fixed = Table(title="fixed cost per micro-batch: base, and each mechanism on top")
-    for column in ("mechanism", "ranks/node", "per micro-batch", "per parameter GB"):
+    fixed = Table(title="fixed costs: base, and each mechanism on top")
+    for column in ("mechanism", "ranks/node", "per micro-batch", "per step", "per parameter GB"):
         fixed.add_column(column, justify="right")
     for entry in profile.overhead:
         fixed.add_row(
             entry.mechanism,
             str(entry.ranks_per_node),
             f"{entry.per_micro_batch_s * 1e3:.2f} ms",
+            f"{entry.per_step_s * 1e3:.2f} ms",
             f"{entry.per_parameter_byte_s * 1e9 * 1e3:.1f} ms"
             if entry.per_parameter_byte_s
             else "",

@@ -8,14 +8,19 @@ context-parallel ring's merges, activation checkpointing's recomputed operator
 calls and its saved-tensor bookkeeping). On a GPU these hide behind the kernels of a
 real model; on a CPU, and for any small model, they decide the step.
 Calibrate measures them: the workload's layers and heads at a width where
-compute is negligible (``NANO``), one ``mtb run`` per mechanism on N ranks,
-and what the step model predicts for that run subtracted. ``base`` is the residual of plain
-data parallelism (one rank: ``single``); each other mechanism's is its run's
-residual less ``base`` and less the mechanisms that run also uses (an N-D
-layout on 4 ranks shards the rest with FSDP), each paid as the step model
-pays it: per micro-batch, by each pipeline stage for its share of the blocks
-as its compute is, or once a step (FSDP under a pipeline, since torch's
-pipeline stage defers its reshard and reduction to the last backward). An
+compute is negligible (``NANO``), two ``mtb run`` per mechanism on N ranks (one
+and two micro-batches a step), and what the step model predicts for each run
+subtracted. ``base`` is the residual of plain data parallelism (one rank:
+``single``); each other mechanism's is its run's residual less ``base`` and
+less the mechanisms that run also uses (an N-D layout on 4 ranks shards the
+rest with FSDP), each paid as the step model pays it: per micro-batch, by each
+pipeline stage for its share of the blocks as its compute is, or once a step
+(FSDP under a pipeline, since torch's pipeline stage defers its reshard and
+reduction to the last backward). What the second micro-batch adds is the
+mechanism's cost per micro-batch; the rest is paid once a step (the optimizer
+over the parameter tensors, the loss, the last reduction's wait): on 4 ranks
+sharing 2 cores, a second micro-batch of ``tiny`` on ``ddp`` adds 2-4 ms to a
+34 ms step, where a cost counted wholly per micro-batch added 16 ms. An
 increment may be negative; the sum for a layout is never below 0.
 """
 
@@ -58,7 +63,9 @@ LAYOUTS = {
 }
 #: the mechanism measured on its layout with activation checkpointing on
 CHECKPOINTED = "ac"
-STEPS, WARMUP = 12, 4
+#: steps of each fixed-cost run: a median of 20 (the runs are short; most of their time is the
+#: launch), since a mechanism's two runs are subtracted
+STEPS, WARMUP = 24, 4
 #: runs of each measurement; the fastest median is kept: on a shared machine a whole run can
 #: be slowed (one training-efficiency run came out 2.7 where the next plan's runs showed 1.3)
 REPEATS = 2
@@ -77,8 +84,9 @@ def nano_overrides(workload: Workload) -> dict:
     return {**NANO, "d_model": NANO_HEAD_WIDTH * workload.n_heads}
 
 
-def candidate(mechanism: str, ranks: int) -> Candidate | None:
-    """The run that measures ``mechanism`` on ``ranks`` ranks of one node, if it fits them."""
+def candidate(mechanism: str, ranks: int, micro_batches: int = 1) -> Candidate | None:
+    """The run that measures ``mechanism`` on ``ranks`` ranks of one node with
+    ``micro_batches`` micro-batches a step (accumulated; a pipeline's own), if it fits."""
     strategy, mesh, micro_batch = LAYOUTS[mechanism]
     checkpointing = mechanism == CHECKPOINTED
     if ranks == 1:
@@ -87,11 +95,16 @@ def candidate(mechanism: str, ranks: int) -> Candidate | None:
                 strategy="single",
                 nproc_per_node=1,
                 micro_batch_size=1,
+                grad_accum_steps=micro_batches,
                 activation_checkpointing=checkpointing,
             )
             if mechanism in ("base", CHECKPOINTED)
             else None
         )
+    accumulation = micro_batches
+    if "pp_microbatches" in mesh:
+        mesh = {**mesh, "pp_microbatches": mesh["pp_microbatches"] * micro_batches}
+        micro_batch, accumulation = micro_batch * micro_batches, 1
     if strategy == "nd":
         model = mesh.get("tp", 1) * mesh.get("pp", 1) * mesh.get("cp", 1)
         if ranks % model:
@@ -102,12 +115,17 @@ def candidate(mechanism: str, ranks: int) -> Candidate | None:
         nproc_per_node=ranks,
         parallel=tuple(sorted(mesh.items())),
         micro_batch_size=micro_batch,
+        grad_accum_steps=accumulation,
         activation_checkpointing=checkpointing,
     )
 
 
+#: micro-batches a step of each mechanism's two runs
+MICRO_BATCHES = (1, 2)
+
+
 def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -> list[Overhead]:
-    """Every mechanism's fixed cost per micro-batch at ``ranks`` ranks per node.
+    """Every mechanism's fixed cost per micro-batch and per step at ``ranks`` ranks per node.
 
     The ``runs.repeats`` runs of each mechanism are taken in separate passes over
     all of them, so a slow stretch of a shared machine falls on one run of
@@ -117,53 +135,76 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
     """
     overrides = nano_overrides(workload)
     layouts = {
-        mechanism: found
+        (mechanism, count): found
         for mechanism in LAYOUTS
         if mechanism != "ep" or workload.moe_experts
-        if (found := _nano_run(pm, workload, overrides, mechanism, ranks, profile)) is not None
+        for count in MICRO_BATCHES
+        if (found := _nano_run(pm, workload, overrides, mechanism, ranks, profile, count))
+        is not None
     }
-    fastest: dict[str, float] = {}
+    fastest: dict[tuple, float] = {}
     for attempt in range(runs.repeats):
-        for mechanism, (run, nano, _, _) in layouts.items():
-            pass_of = f"run {attempt + 1} of {runs.repeats}"
+        for (mechanism, count), (run, nano, _, _) in layouts.items():
+            many = "micro-batch" if count == 1 else "micro-batches"
+            pass_of = f"{count} {many} a step, run {attempt + 1} of {runs.repeats}"
             progress(f"overhead of {mechanism} at {ranks} rank(s) per node, {pass_of}")
             seconds = _one_run_s(run, nano, profile.device, runs.timeout_s)
-            fastest[mechanism] = min(seconds, fastest.get(mechanism, seconds))
-    increments: dict[str, float] = {}
+            fastest[mechanism, count] = min(seconds, fastest.get((mechanism, count), seconds))
     compute = profile.compute_for(ranks)
-    for mechanism, (_, _, predicted_s, shape) in layouts.items():
-        paid = micro_batches_paid(shape, compute)
-        residual_s = fastest[mechanism] - predicted_s
-        increments[mechanism] = _increment(mechanism, residual_s, shape, increments, paid)
+    parts: dict[str, tuple[float, float]] = {}
+    for mechanism in dict.fromkeys(name for name, _ in layouts):
+        fits = [(key, found) for key, found in layouts.items() if key[0] == mechanism]
+        fitted = [
+            _fitted(mechanism, fastest[key] - predicted_s, shape, parts, compute)
+            for key, (_, _, predicted_s, shape) in fits
+        ]
+        parts[mechanism] = _parts(fitted)
     return [
         Overhead(
             mechanism=name,
             ranks_per_node=ranks,
-            per_micro_batch_s=seconds,
+            per_micro_batch_s=per_micro,
+            per_step_s=per_step,
             how=_how(name, ranks, workload, overrides, runs.repeats),
         )
-        for name, seconds in increments.items()
+        for name, (per_micro, per_step) in parts.items()
     ]
 
 
-def _increment(mechanism: str, residual_s: float, shape: Shape, known: dict, paid: float) -> float:
-    """``mechanism``'s fixed cost from its run's residual, less base and the mechanisms
-    measured before it, each paid per micro-batch (``paid`` times a step) or once a step, as
-    the step model pays it."""
+def _fitted(mechanism: str, residual_s: float, shape: Shape, known: dict, compute):
+    """(how many times the run pays ``mechanism``'s per-micro-batch cost, what its residual
+    leaves for ``mechanism``): the residual less base and the mechanisms measured before it,
+    each paid as the step model pays it (per micro-batch ``paid`` times a step, or once)."""
     per_micro, once = fixed_cost_split(shape)
-
-    def others(names) -> float:
-        return sum(known.get(name, 0.0) for name in names if name != mechanism)
-
-    base = known.get("base", 0.0) if mechanism != "base" else 0.0
-    rest = residual_s - paid * (base + others(per_micro)) - others(once)
-    return rest / (1 if mechanism in once else paid)
+    paid = micro_batches_paid(shape, compute)
+    used = [name for name in ("base", *per_micro, *once) if name in known and name != mechanism]
+    others = sum(known[name][1] + known[name][0] * (1 if name in once else paid) for name in used)
+    return (1 if mechanism in once else paid), residual_s - others
 
 
-def _nano_run(pm, workload, overrides, mechanism: str, ranks: int, profile):
+def _parts(fitted: list[tuple[float, float]]) -> tuple[float, float]:
+    """(per micro-batch, per step) through the runs' (times paid, cost) points: a line
+    through two, all per micro-batch from one. Where the line gives one part a sign the
+    cost at one micro-batch does not have (noise in the difference of two runs), that
+    part is 0 and the other holds the whole cost at one micro-batch."""
+    (paid_1, cost_1), *more = fitted
+    if not more:
+        return cost_1 / paid_1, 0.0
+    paid_2, cost_2 = more[0]
+    per_micro = (cost_2 - cost_1) / (paid_2 - paid_1)
+    per_step = cost_1 - paid_1 * per_micro
+    if per_micro * cost_1 < 0:
+        return 0.0, cost_1
+    if per_step * cost_1 < 0:
+        return cost_1 / paid_1, 0.0
+    return per_micro, per_step
+
+
+def _nano_run(pm, workload, overrides, mechanism: str, ranks: int, profile, micro_batches=1):
     """(run, its nano workload, the step model's seconds for it, its shape) of ``mechanism``'s
-    calibration layout, or None where it does not fit the ranks or is refused."""
-    run = candidate(mechanism, ranks)
+    calibration layout at ``micro_batches`` a step, or None where it does not fit the ranks
+    or is refused."""
+    run = candidate(mechanism, ranks, micro_batches)
     registry = pm.registry("strategy")
     if run is None or run.strategy not in {entry.name for entry in registry}:
         return None
@@ -173,7 +214,7 @@ def _nano_run(pm, workload, overrides, mechanism: str, ranks: int, profile):
     )
     nano = Workload.of(
         workload.preset,
-        run.micro_batch_size * shards,
+        run.micro_batch_size * run.grad_accum_steps * shards,
         workload.precision,
         workload.optimizer,
         overrides,
@@ -229,8 +270,9 @@ def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict, repeat
         f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''}{checkpointing} on "
         f"{ranks} rank(s), "
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, {_fastest(repeats)}, "
-        "each in its own pass over the mechanisms) less the step model's "
-        "prediction for it, per micro-batch, less base and the other mechanisms it uses"
+        "each in its own pass over the mechanisms) at one and at two micro-batches a step, "
+        "less the step model's prediction for each, less base and the other mechanisms it "
+        "uses; per micro-batch: what the second micro-batch adds, per step: the rest"
     )
 
 

@@ -107,13 +107,17 @@ MECHANISMS = ("base", "ac", "fsdp", "zero", "tp", "sp", "pp", "cp", "ep")
 
 @attrs.frozen(kw_only=True)
 class Overhead:
-    """The fixed cost one micro-batch pays for a mechanism at ``ranks_per_node`` ranks.
+    """The fixed cost a mechanism adds at ``ranks_per_node`` ranks: per micro-batch, and
+    once a step.
 
-    ``base``: what every micro-batch of the workload's depth costs beyond its
-    FLOPs, bytes and collectives (autograd, module calls, the step's own
-    work); the others: what a layout using the mechanism pays on top (FSDP's
-    gathers and hooks, tensor parallelism's DTensor redistributions, ...).
-    Measured on the workload's layers and heads at a negligible width.
+    ``base``: what the workload's depth costs beyond its FLOPs, bytes and
+    collectives (autograd and module calls each micro-batch; the optimizer's
+    pass over the parameter tensors, the loss and the last reduction's wait
+    once a step); the others: what a layout using the mechanism pays on top
+    (FSDP's gathers and hooks, tensor parallelism's DTensor redistributions,
+    the optimizer over DTensors, ...). Measured on the workload's layers and
+    heads at a negligible width, at one and at two micro-batches a step:
+    ``per_step_s`` is what the second micro-batch does not add again.
     ``per_parameter_byte_s``: what the mechanism adds per byte of the rank's
     unsharded fp32 parameters, per micro-batch, beyond its collectives (FSDP's
     copies into and out of its gather and reduce buffers, and the gathers
@@ -123,6 +127,7 @@ class Overhead:
     mechanism: str = attrs.field(validator=attrs.validators.in_(MECHANISMS))
     ranks_per_node: int
     per_micro_batch_s: float
+    per_step_s: float = 0.0
     per_parameter_byte_s: float = 0.0
     measured: bool = True
     how: str = ""
@@ -200,9 +205,22 @@ class Profile:
         collectives: each one's fixed cost and its cost per parameter byte (0 in a profile
         without overheads). It may be negative (an increment may be); the step model
         floors the step's sum of fixed costs at 0."""
-        known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
+        entries = self._overheads(mechanisms, ranks_per_node, base)
+        fixed = sum(e.per_micro_batch_s for e in entries)
+        return fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries)
+
+    def step_overhead_s(
+        self, mechanisms: tuple[str, ...], ranks_per_node: int, base: bool = True
+    ) -> float:
+        """What these mechanisms (and ``base``) cost once a step, whatever its micro-batches."""
+        return sum(e.per_step_s for e in self._overheads(mechanisms, ranks_per_node, base))
+
+    def _overheads(self, mechanisms, ranks_per_node: int, base: bool) -> list[Overhead]:
+        """The entries of these mechanisms (and ``base``) at ``ranks_per_node``; none in a
+        profile without overheads; a missing one is a one-line error naming calibrate."""
         if not self.overhead or not (base or mechanisms):
-            return 0.0
+            return []
+        known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
         names = ("base", *mechanisms) if base else tuple(mechanisms)
         missing = [name for name in names if name not in known]
         if missing:
@@ -210,9 +228,7 @@ class Profile:
                 f"profile {self.name!r}: no {missing[0]} overhead at {ranks_per_node} rank(s) "
                 f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
             )
-        entries = [known[name] for name in names]
-        fixed = sum(e.per_micro_batch_s for e in entries)
-        return fixed + parameter_bytes * sum(e.per_parameter_byte_s for e in entries)
+        return [known[name] for name in names]
 
     def curve(self, collective: str, group_size: int, scope: str) -> Curve:
         """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""

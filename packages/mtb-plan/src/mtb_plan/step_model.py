@@ -14,7 +14,10 @@ head) is the sum of
   waits for, such as tensor-parallel all-reduces);
 - the pipeline bubble: (pp - 1) micro-batch slots of a stage's forward and
   backward (GPipe and 1F1B idle alike; 1F1B holds fewer activations);
-- the optimizer step over the optimizer state this rank holds.
+- the optimizer step over the optimizer state this rank holds;
+- the fixed costs calibrate measured at a negligible width (mtb_plan.overheads):
+  each mechanism's per micro-batch (a pipeline stage's share of them as its
+  compute overlaps) and once a step.
 
 Memory per rank is the runtime's own (torch, the process group), the model
 states the strategy's own formula gives (``Strategy.state_bytes_estimate``,
@@ -264,13 +267,15 @@ def micro_batches_paid(shape: Shape, compute) -> float:
 
 
 def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
-    """The step's fixed costs: base and most mechanisms per micro-batch, some once a step;
-    never below 0."""
+    """The step's fixed costs: base and most mechanisms per micro-batch, some once a step,
+    and each one's cost once a step; never below 0."""
     per_micro, once = fixed_cost_split(shape)
     ranks = shape.per_node
     paid = micro_batches_paid(shape, profile.compute_for(ranks))
     each = profile.overhead_s(per_micro, ranks, parameter_bytes)
-    return max(0.0, paid * each + profile.overhead_s(once, ranks, parameter_bytes, base=False))
+    step = profile.overhead_s(once, ranks, parameter_bytes, base=False)
+    step += profile.step_overhead_s(mechanisms(shape), ranks)
+    return max(0.0, paid * each + step)
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
