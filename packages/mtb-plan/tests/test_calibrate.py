@@ -160,5 +160,6 @@ def test_a_real_calibration_of_tiny_writes_a_loadable_profile(tmp_path):
     assert base.per_micro_batch_s >= 0 and "mtb run of tiny" in base.how and "one run" in base.how
     lines = " ".join(done.stderr.split())  # the console wraps long lines
     assert "overhead of ac at 1 rank(s) per node, 2 micro-batches a step, run 1 of 1" in lines
+    assert "at 1 and 2 micro-batches a step" in base.how
     document = json.loads((tmp_path / "p-comm-2.json").read_text())  # the evidence is kept
     assert document["kind"] == "comm"

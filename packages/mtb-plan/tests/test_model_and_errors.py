@@ -254,8 +254,14 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     from mtb_plan.step_model import fixed_costs_s, micro_batches_paid
 
     costs = {"base": 0.010, "fsdp": 0.040, "pp": -0.002}
+    steps = {"fsdp": 0.005}  # FSDP's cost once a step besides
     entries = tuple(
-        Overhead(mechanism=name, ranks_per_node=4, per_micro_batch_s=seconds)
+        Overhead(
+            mechanism=name,
+            ranks_per_node=4,
+            per_micro_batch_s=seconds,
+            per_step_s=steps.get(name, 0.0),
+        )
         for name, seconds in costs.items()
     )
     compute = attrs.evolve(cpu_profile().compute[0], ranks_per_node=4, solo_speedup=1.0)
@@ -276,21 +282,25 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
             stages=(2,) * pp,
         )
 
-    # four micro-batches without a pipeline: every cost each time
-    assert fixed_costs_s(shape(1, 4), profile, 0) == pytest.approx(4 * (0.010 + 0.040))
+    # four micro-batches without a pipeline: every cost each time, the step's once
+    assert fixed_costs_s(shape(1, 4), profile, 0) == pytest.approx(4 * 0.050 + 0.005)
     # with two stages: FSDP once; each stage half the blocks' machinery over 4 + 2 - 1 slots
     assert micro_batches_paid(shape(2, 4), compute) == pytest.approx(0.5 * 5)
-    assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(2.5 * 0.008 + 0.040)
-    # FSDP over a shard group of one gathers nothing, and the pipeline defers its reduction
+    assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(2.5 * 0.008 + 0.045)
+    # FSDP over a shard group of one gathers nothing, and the pipeline defers its reduction:
+    # none of its costs, not even the step's
     assert fixed_costs_s(shape(2, 4, "replicate"), profile, 0) == pytest.approx(2.5 * 0.008)
-    assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(4 * 0.050)
-    # a calibration run's residual gives back the cost its mechanism was given
-    known = {name: (seconds, 0.0) for name, seconds in costs.items()}
-    for mechanism, runs in (("pp", (shape(2, 2), shape(2, 4))), ("fsdp", (shape(1, 1),))):
+    assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(0.205)
+    # a calibration run's residual gives back the costs its mechanism was given
+    known = {name: (seconds, steps.get(name, 0.0)) for name, seconds in costs.items()}
+    for mechanism, runs in (
+        ("pp", (shape(2, 2), shape(2, 4))),
+        ("fsdp", (shape(1, 1), shape(1, 2))),
+    ):
         fitted = [
             _fitted(mechanism, fixed_costs_s(run, profile, 0), run, known, compute) for run in runs
         ]
-        assert _parts(fitted) == pytest.approx((costs[mechanism], 0.0))
+        assert _parts(fitted) == pytest.approx(known[mechanism])
 
 
 def test_fixed_costs_split_per_micro_batch_and_per_step_and_calibrate_gives_them_back():
@@ -350,6 +360,11 @@ def test_a_part_of_the_other_sign_from_noise_folds_into_the_other_part():
     assert _parts([(1, 0.010), (2, 0.025)]) == pytest.approx((0.010, 0.0))
     # a negative increment keeps its sign in both parts' sum
     assert _parts([(1, -0.004), (2, -0.006)]) == pytest.approx((-0.002, -0.002))
+    # a pipeline's runs pay 1.5 and 2.5 slots: a folded cost is per slot paid
+    assert _parts([(1.5, 0.030), (2.5, 0.029)]) == pytest.approx((0.0, 0.030))
+    assert _parts([(1.5, 0.012), (2.5, 0.030)]) == pytest.approx((0.008, 0.0))
+    # one run, or two that pay alike: all of it per micro-batch
+    assert _parts([(2, 0.010)]) == _parts([(2, 0.010), (2, 0.012)]) == (0.005, 0.0)
 
 
 def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypatch):

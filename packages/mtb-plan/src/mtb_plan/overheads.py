@@ -145,8 +145,9 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
     fastest: dict[tuple, float] = {}
     for attempt in range(runs.repeats):
         for (mechanism, count), (run, nano, _, _) in layouts.items():
-            many = "micro-batch" if count == 1 else "micro-batches"
-            pass_of = f"{count} {many} a step, run {attempt + 1} of {runs.repeats}"
+            micro = run.grad_accum_steps * run.mesh.get("pp_microbatches", 1)
+            many = "micro-batch" if micro == 1 else "micro-batches"
+            pass_of = f"{micro} {many} a step, run {attempt + 1} of {runs.repeats}"
             progress(f"overhead of {mechanism} at {ranks} rank(s) per node, {pass_of}")
             seconds = _one_run_s(run, nano, profile.device, runs.timeout_s)
             fastest[mechanism, count] = min(seconds, fastest.get((mechanism, count), seconds))
@@ -188,7 +189,7 @@ def _parts(fitted: list[tuple[float, float]]) -> tuple[float, float]:
     cost at one micro-batch does not have (noise in the difference of two runs), that
     part is 0 and the other holds the whole cost at one micro-batch."""
     (paid_1, cost_1), *more = fitted
-    if not more:
+    if not more or more[0][0] == paid_1:
         return cost_1 / paid_1, 0.0
     paid_2, cost_2 = more[0]
     per_micro = (cost_2 - cost_1) / (paid_2 - paid_1)
@@ -270,10 +271,16 @@ def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict, repeat
         f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''}{checkpointing} on "
         f"{ranks} rank(s), "
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, {_fastest(repeats)}, "
-        "each in its own pass over the mechanisms) at one and at two micro-batches a step, "
+        f"each in its own pass over the mechanisms) at {_counts(mesh)} micro-batches a step, "
         "less the step model's prediction for each, less base and the other mechanisms it "
         "uses; per micro-batch: what the second micro-batch adds, per step: the rest"
     )
+
+
+def _counts(mesh: dict) -> str:
+    """The micro-batches a step of a mechanism's two runs, in words."""
+    first = mesh.get("pp_microbatches", 1)
+    return f"{first} and {first * MICRO_BATCHES[1]}"
 
 
 def _fastest(repeats: int) -> str:

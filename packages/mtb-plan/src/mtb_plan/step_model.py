@@ -274,7 +274,7 @@ def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
     paid = micro_batches_paid(shape, profile.compute_for(ranks))
     each = profile.overhead_s(per_micro, ranks, parameter_bytes)
     step = profile.overhead_s(once, ranks, parameter_bytes, base=False)
-    step += profile.step_overhead_s(mechanisms(shape), ranks)
+    step += profile.step_overhead_s(per_micro + once, ranks)
     return max(0.0, paid * each + step)
 
 
