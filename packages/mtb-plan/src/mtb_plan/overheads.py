@@ -19,7 +19,7 @@ pipeline stage for its share of the blocks as its compute is, or once a step
 reduction to the last backward). What the second micro-batch adds is the
 mechanism's cost per micro-batch; the rest is paid once a step (the optimizer
 over the parameter tensors, the loss, the last reduction's wait): on 4 ranks
-sharing 2 cores, a second micro-batch of ``tiny`` on ``ddp`` adds 2-4 ms to a
+sharing 2 cores, a second micro-batch of ``tiny`` on ``ddp`` adds 0.6-4 ms to a
 34 ms step, where a cost counted wholly per micro-batch added 16 ms. An
 increment may be negative; the sum for a layout is never below 0.
 """
