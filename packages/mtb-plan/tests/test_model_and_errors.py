@@ -404,6 +404,9 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypa
     assert found["ac"].per_micro_batch_s == pytest.approx(ac_2 - ac_1)
     assert found["ac"].per_step_s == pytest.approx(ac_1 - (ac_2 - ac_1))
     assert "the fastest of 2 runs, each in its own pass" in found["ac"].how
+    predicted_ms = " and ".join(f"{predicted['ac', count] * 1e3:.2f}" for count in (1, 2))
+    figures = "the runs measured 600.00 and 800.00 ms a step, the model without fixed costs "
+    assert found["ac"].how.endswith(figures + predicted_ms)
 
 
 def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():

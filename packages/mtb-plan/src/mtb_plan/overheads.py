@@ -166,10 +166,20 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
             ranks_per_node=ranks,
             per_micro_batch_s=per_micro,
             per_step_s=per_step,
-            how=_how(name, ranks, workload, overrides, runs.repeats),
+            how=_how(name, ranks, workload, overrides, runs.repeats)
+            + _figures(name, layouts, fastest),
         )
         for name, (per_micro, per_step) in parts.items()
     ]
+
+
+def _figures(mechanism: str, layouts: dict, fastest: dict) -> str:
+    """The runs' medians and the model's predictions for them, so that a fit can be
+    checked, or made again, from the profile alone."""
+    keys = [key for key in layouts if key[0] == mechanism]
+    measured = " and ".join(f"{fastest[key] * 1e3:.2f}" for key in keys)
+    predicted = " and ".join(f"{layouts[key][2] * 1e3:.2f}" for key in keys)
+    return f"; the runs measured {measured} ms a step, the model without fixed costs {predicted}"
 
 
 def _fitted(mechanism: str, residual_s: float, shape: Shape, known: dict, compute):
