@@ -151,11 +151,12 @@ def profile_for(per_node: int) -> Profile:
 
 def test_calibration_gives_back_the_measured_step_at_each_per_byte_layout(monkeypatch):
     """The per-byte costs calibrate derives are the ones the step model charges: predicted
-    again with them, each calibration layout takes exactly its measured step."""
+    again with them, each calibration layout takes exactly its measured step; unless they
+    stand for more passes over the bytes than the machinery makes: then they are bounded."""
     from mtb_plan import overheads
     from mtb_plan.profile import Overhead
 
-    measured_s = 5.0
+    measured_s = 5.0  # seconds over tiny's 60 KB a rank: millions of passes
     monkeypatch.setattr(overheads, "_step_s", lambda run, workload, device, runs: measured_s)
     entries = tuple(
         Overhead(mechanism=name, ranks_per_node=2, per_micro_batch_s=0.001)
@@ -164,11 +165,18 @@ def test_calibration_gives_back_the_measured_step_at_each_per_byte_layout(monkey
     profile = attrs.evolve(profile_for(2), overhead=entries)
     pm, workload = get_plugin_manager(), Workload.of("tiny", 2, "fp32", "adamw")
     runs = overheads.Runs(timeout_s=60, repeats=1)
-    calibrated = overheads.with_parameter_costs(pm, workload, profile, runs, lambda line: None)
-    for entry in calibrated.overhead:
-        if entry.mechanism == "base":
-            continue
-        assert entry.per_parameter_byte_s > 0, entry.mechanism
+
+    def calibrated_with_parameter_costs():
+        return overheads.with_parameter_costs(pm, workload, profile, runs, lambda line: None)
+
+    rate = profile.compute_for(2).elementwise_bytes_per_s
+    for entry in calibrated_with_parameter_costs().overhead[1:]:
+        assert entry.per_parameter_byte_s == pytest.approx(overheads.MAX_PASSES / rate)
+        assert f"bounded at {overheads.MAX_PASSES})" in entry.how, entry.mechanism
+    monkeypatch.setattr(overheads, "MAX_PASSES", float("inf"))
+    calibrated = calibrated_with_parameter_costs()
+    for entry in calibrated.overhead[1:]:
+        assert entry.per_parameter_byte_s > 0 and "bounded" not in entry.how, entry.mechanism
         found = overheads._full_width(pm, workload, entry.mechanism, 2, calibrated, runs)
         assert found.predicted.step_time_ms == pytest.approx(measured_s * 1e3), entry.mechanism
 

@@ -351,18 +351,23 @@ def test_fixed_costs_split_per_micro_batch_and_per_step_and_calibrate_gives_them
         assert known[mechanism] == pytest.approx(parts[mechanism])
 
 
-def test_a_part_of_the_other_sign_from_noise_folds_into_the_other_part():
+def test_a_part_of_base_of_the_other_sign_from_noise_folds_and_a_mechanism_keeps_its_line():
     from mtb_plan.overheads import _parts
 
-    # a second micro-batch measured cheaper than the first: all of it once a step
-    assert _parts([(1, 0.030), (2, 0.028)]) == pytest.approx((0.0, 0.030))
-    # a second micro-batch measured more than twice the first: all of it per micro-batch
-    assert _parts([(1, 0.010), (2, 0.025)]) == pytest.approx((0.010, 0.0))
-    # a negative increment keeps its sign in both parts' sum
+    # a second micro-batch measured cheaper than the first: base all once a step
+    assert _parts([(1, 0.030), (2, 0.028)], base=True) == pytest.approx((0.0, 0.030))
+    # a second micro-batch measured more than twice the first: base all per micro-batch
+    assert _parts([(1, 0.010), (2, 0.025)], base=True) == pytest.approx((0.010, 0.0))
+    # a mechanism's parts keep the line, of either sign
+    assert _parts([(1, 0.030), (2, 0.028)]) == pytest.approx((-0.002, 0.032))
+    assert _parts([(1, 0.010), (2, 0.025)]) == pytest.approx((0.015, -0.005))
     assert _parts([(1, -0.004), (2, -0.006)]) == pytest.approx((-0.002, -0.002))
+    # cheaper than base and FSDP at one micro-batch, dearer at two (cp on 4 ranks): the
+    # second micro-batch's cost is kept, where folding dropped it
+    assert _parts([(1, -0.0086), (2, 0.010)]) == pytest.approx((0.0186, -0.0272))
     # a pipeline's runs pay 1.5 and 2.5 slots: a folded cost is per slot paid
-    assert _parts([(1.5, 0.030), (2.5, 0.029)]) == pytest.approx((0.0, 0.030))
-    assert _parts([(1.5, 0.012), (2.5, 0.030)]) == pytest.approx((0.008, 0.0))
+    assert _parts([(1.5, 0.030), (2.5, 0.029)], base=True) == pytest.approx((0.0, 0.030))
+    assert _parts([(1.5, 0.012), (2.5, 0.030)], base=True) == pytest.approx((0.008, 0.0))
     # one run, or two that pay alike: all of it per micro-batch
     assert _parts([(2, 0.010)]) == _parts([(2, 0.010), (2, 0.012)]) == (0.005, 0.0)
 

@@ -159,7 +159,7 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
             _fitted(mechanism, fastest[key] - predicted_s, shape, parts, compute)
             for key, (_, _, predicted_s, shape) in fits
         ]
-        parts[mechanism] = _parts(fitted)
+        parts[mechanism] = _parts(fitted, base=mechanism == "base")
     return [
         Overhead(
             mechanism=name,
@@ -193,20 +193,26 @@ def _fitted(mechanism: str, residual_s: float, shape: Shape, known: dict, comput
     return (1 if mechanism in once else paid), residual_s - others
 
 
-def _parts(fitted: list[tuple[float, float]]) -> tuple[float, float]:
+def _parts(fitted: list[tuple[float, float]], base: bool = False) -> tuple[float, float]:
     """(per micro-batch, per step) through the runs' (times paid, cost) points: a line
-    through two, all per micro-batch from one. Where the line gives one part a sign the
-    cost at one micro-batch does not have (noise in the difference of two runs), that
-    part is 0 and the other holds the whole cost at one micro-batch."""
+    through two, all per micro-batch from one.
+
+    ``base``'s parts are work, never below 0: where the line gives one part a sign its cost
+    at one micro-batch does not have (noise in the difference of two runs), that part is 0
+    and the other holds the whole cost at one micro-batch. A mechanism's parts are what its
+    layout costs beyond base and the mechanisms under it, and either may be below 0 (cp's
+    ring replacing some of FSDP's work at one micro-batch, and costing more at two): they
+    keep the line.
+    """
     (paid_1, cost_1), *more = fitted
     if not more or more[0][0] == paid_1:
         return cost_1 / paid_1, 0.0
     paid_2, cost_2 = more[0]
     per_micro = (cost_2 - cost_1) / (paid_2 - paid_1)
     per_step = cost_1 - paid_1 * per_micro
-    if per_micro * cost_1 < 0:
+    if base and per_micro * cost_1 < 0:
         return 0.0, cost_1
-    if per_step * cost_1 < 0:
+    if base and per_step * cost_1 < 0:
         return cost_1 / paid_1, 0.0
     return per_micro, per_step
 
@@ -397,6 +403,14 @@ def _arithmetic_ms(found: FullWidth, compute) -> float:
 
 #: mechanisms whose machinery touches every parameter each micro-batch, measured in this order
 PER_BYTE = ("fsdp", "zero", "tp")
+#: the most passes over the rank's parameter bytes at the element-wise rate that a cost per
+#: byte stands for: the machinery copies each byte a few times a micro-batch (into and out
+#: of gather and reduce buffers, the gradient), and the largest measured where the bytes
+#: outweigh the noise is 28 (ZeRO-2 on ``small``, 2 ranks). Where the parameters are few
+#: (``tiny``: 60 KB a rank) a run's noise over them reads as thousands of passes: one
+#: calibration gave tp 1878 passes, 41 ms a micro-batch, and the layouts that paid it
+#: came out 24 and 56 % slow.
+MAX_PASSES = 32
 
 
 def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
@@ -409,7 +423,7 @@ def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
     full-width workload on the mechanism's calibration layout at one sequence
     per rank: its measured step less everything the model predicts for it
     (the per-byte costs measured before it included), per micro-batch, over
-    the rank's fp32 parameter bytes (never below 0).
+    the rank's fp32 parameter bytes (never below 0, nor above ``MAX_PASSES``).
     """
     for mechanism in PER_BYTE:
         for index, entry in enumerate(profile.overhead):
@@ -420,14 +434,26 @@ def with_parameter_costs(pm, workload: Workload, profile, runs: Runs, progress):
             found = _full_width(pm, workload, mechanism, ranks, profile, runs)
             if found is None:
                 continue
-            paid = micro_batches_paid(found.shape, profile.compute_for(ranks))
-            residual_s = (found.measured_ms - found.predicted.step_time_ms) / 1e3 / paid
-            per_byte = max(0.0, residual_s / (4 * found.parameters))
-            how = entry.how + _full_how(mechanism, runs.repeats)
+            per_byte, passes = _per_byte(found, profile.compute_for(ranks))
+            how = entry.how + _full_how(mechanism, runs.repeats) + passes
             entries = list(profile.overhead)
             entries[index] = attrs.evolve(entry, per_parameter_byte_s=per_byte, how=how)
             profile = attrs.evolve(profile, overhead=tuple(entries))
     return profile
+
+
+def _per_byte(found: FullWidth, compute) -> tuple[float, str]:
+    """(seconds per parameter byte a micro-batch, the measurement in passes over the bytes):
+    the run's residual per micro-batch paid over 4 x its parameters, never below 0 nor above
+    ``MAX_PASSES`` passes at the element-wise rate."""
+    paid = micro_batches_paid(found.shape, compute)
+    residual_s = (found.measured_ms - found.predicted.step_time_ms) / 1e3 / paid
+    rate = compute.elementwise_bytes_per_s
+    passes = max(0.0, residual_s / (4 * found.parameters)) * rate
+    bounded = f", bounded at {MAX_PASSES}" if passes > MAX_PASSES else ""
+    return min(passes, MAX_PASSES) / rate, (
+        f" ({passes:.1f} passes over them at the element-wise rate{bounded})"
+    )
 
 
 def _full_how(mechanism: str, repeats: int) -> str:
