@@ -337,6 +337,13 @@ def test_fixed_costs_split_per_micro_batch_and_per_step_and_calibrate_gives_them
     assert fixed_costs_s(shape(4, tp=2), profile, 0) == pytest.approx(4 * 0.023 + 0.045)
     # a two-stage pipeline of tp: each stage half the blocks over 4 + 2 - 1 slots
     assert fixed_costs_s(shape(4, 2, 2), profile, 0) == pytest.approx(2.5 * 0.027 + 0.047)
+    # a mechanism whose second micro-batch measured cheaper keeps its negative part, but
+    # over many micro-batches it never takes a micro-batch's cost below 0
+    cheaper = (*entries, Overhead(mechanism="sp", ranks_per_node=4, per_micro_batch_s=-0.030))
+    cheap = cpu_profile(overhead=cheaper, compute=(compute,))
+    for accumulation in (2, 64):
+        with_sp = SimpleNamespace(**{**vars(shape(accumulation, tp=2)), "sp": True})
+        assert fixed_costs_s(with_sp, cheap, 0) == pytest.approx(0.045)  # the step's alone
     # the two calibration runs of each mechanism (one and two micro-batches) give its parts back
     known = {}
     for mechanism, runs in (
@@ -347,7 +354,7 @@ def test_fixed_costs_split_per_micro_batch_and_per_step_and_calibrate_gives_them
         fitted = [
             _fitted(mechanism, fixed_costs_s(run, profile, 0), run, known, compute) for run in runs
         ]
-        known[mechanism] = _parts(fitted)
+        known[mechanism] = _parts(fitted, base=mechanism == "base")
         assert known[mechanism] == pytest.approx(parts[mechanism])
 
 
@@ -372,15 +379,23 @@ def test_a_part_of_base_of_the_other_sign_from_noise_folds_and_a_mechanism_keeps
     assert _parts([(2, 0.010)]) == _parts([(2, 0.010), (2, 0.012)]) == (0.005, 0.0)
 
 
-def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypatch):
+@pytest.mark.parametrize(
+    ("base_seconds", "ac_seconds"),
+    [((0.2, 0.3), (0.6, 0.8)), ((0.3, 0.25), (0.6, 0.8)), ((0.2, 0.3), (0.6, 0.62))],
+    ids=["both-lines", "base-folds", "ac-keeps-a-negative-slope"],
+)
+def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
+    monkeypatch, base_seconds, ac_seconds
+):
     """The repeats of the fixed-cost runs alternate over the mechanisms, so a slow stretch of
     the machine falls on one run of several, and the fastest of a mechanism's runs counts;
-    each mechanism runs at one and two micro-batches, what the second adds is per micro-batch."""
+    each mechanism runs at one and two micro-batches, what the second adds is per micro-batch
+    (base's, where it adds less than nothing, is 0; a mechanism's keeps its sign)."""
     from mtb_plan import overheads
 
     launched = []
-    # per pass: base at 1 and 2 micro-batches, then ac at 1 and 2
-    seconds = iter([0.9, 0.5, 0.6, 0.95, 0.2, 0.3, 0.7, 0.8])
+    # per pass: base at 1 and 2 micro-batches, then ac at 1 and 2; the second pass fastest
+    seconds = iter([0.9, 0.5, 0.7, 0.95, *base_seconds, *ac_seconds])
 
     def one_run(run, workload, device, timeout_s):
         launched.append(("ac" if run.activation_checkpointing else "base", run.grad_accum_steps))
@@ -400,17 +415,18 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(monkeypa
         key: overheads._nano_run(pm, workload, nano, key[0], 1, profile, key[1])[2]
         for key in launched[:4]
     }
-    base_1, base_2 = 0.2 - predicted["base", 1], 0.3 - predicted["base", 2]
-    base_micro = base_2 - base_1
+    base_1 = base_seconds[0] - predicted["base", 1]
+    base_micro = max(0.0, base_seconds[1] - predicted["base", 2] - base_1)
     assert found["base"].per_micro_batch_s == pytest.approx(base_micro)
     assert found["base"].per_step_s == pytest.approx(base_1 - base_micro)
-    ac_1 = 0.6 - predicted["ac", 1] - base_1
-    ac_2 = 0.8 - predicted["ac", 2] - (base_1 + base_micro)
+    ac_1 = ac_seconds[0] - predicted["ac", 1] - base_1
+    ac_2 = ac_seconds[1] - predicted["ac", 2] - (base_1 + base_micro)
     assert found["ac"].per_micro_batch_s == pytest.approx(ac_2 - ac_1)
     assert found["ac"].per_step_s == pytest.approx(ac_1 - (ac_2 - ac_1))
     assert "the fastest of 2 runs, each in its own pass" in found["ac"].how
     predicted_ms = " and ".join(f"{predicted['ac', count] * 1e3:.2f}" for count in (1, 2))
-    figures = "the runs measured 600.00 and 800.00 ms a step, the model without fixed costs "
+    measured_ms = " and ".join(f"{value * 1e3:.2f}" for value in ac_seconds)
+    figures = f"the runs measured {measured_ms} ms a step, the model without fixed costs "
     assert found["ac"].how.endswith(figures + predicted_ms)
 
 

@@ -20,8 +20,10 @@ reduction to the last backward). What the second micro-batch adds is the
 mechanism's cost per micro-batch; the rest is paid once a step (the optimizer
 over the parameter tensors, the loss, the last reduction's wait): on 4 ranks
 sharing 2 cores, a second micro-batch of ``tiny`` on ``ddp`` adds 0.6-4 ms to a
-34 ms step, where a cost counted wholly per micro-batch added 16 ms. An
-increment may be negative; the sum for a layout is never below 0.
+34 ms step, where a cost counted wholly per micro-batch added 16 ms. base's
+parts are work: where noise gives one the other sign it folds into the other.
+A mechanism's parts are increments and may be negative; a layout's cost per
+micro-batch, and its sum, are never below 0.
 """
 
 import json
@@ -197,12 +199,12 @@ def _parts(fitted: list[tuple[float, float]], base: bool = False) -> tuple[float
     """(per micro-batch, per step) through the runs' (times paid, cost) points: a line
     through two, all per micro-batch from one.
 
-    ``base``'s parts are work, never below 0: where the line gives one part a sign its cost
-    at one micro-batch does not have (noise in the difference of two runs), that part is 0
-    and the other holds the whole cost at one micro-batch. A mechanism's parts are what its
-    layout costs beyond base and the mechanisms under it, and either may be below 0 (cp's
-    ring replacing some of FSDP's work at one micro-batch, and costing more at two): they
-    keep the line.
+    ``base``'s parts are work, of its cost's sign at one micro-batch: where the line gives
+    one part the other sign (noise in the difference of two runs), that part is 0 and the
+    other holds the whole cost at one micro-batch. A mechanism's parts are what its layout
+    costs beyond base and the mechanisms under it, and either may be below 0 (cp's ring
+    replacing some of FSDP's work at one micro-batch, and costing more at two): they keep
+    the line (the step model never lets a step's cost per micro-batch go below 0).
     """
     (paid_1, cost_1), *more = fitted
     if not more or more[0][0] == paid_1:
@@ -449,9 +451,9 @@ def _per_byte(found: FullWidth, compute) -> tuple[float, str]:
     paid = micro_batches_paid(found.shape, compute)
     residual_s = (found.measured_ms - found.predicted.step_time_ms) / 1e3 / paid
     rate = compute.elementwise_bytes_per_s
-    passes = max(0.0, residual_s / (4 * found.parameters)) * rate
+    passes = residual_s / (4 * found.parameters) * rate
     bounded = f", bounded at {MAX_PASSES}" if passes > MAX_PASSES else ""
-    return min(passes, MAX_PASSES) / rate, (
+    return min(max(0.0, passes), MAX_PASSES) / rate, (
         f" ({passes:.1f} passes over them at the element-wise rate{bounded})"
     )
 

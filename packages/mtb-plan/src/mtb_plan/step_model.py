@@ -268,14 +268,16 @@ def micro_batches_paid(shape: Shape, compute) -> float:
 
 def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
     """The step's fixed costs: base and most mechanisms per micro-batch, some once a step,
-    and each one's cost once a step; never below 0."""
+    and each one's cost once a step; never below 0, nor the cost of each micro-batch (a
+    mechanism's fitted part per micro-batch may be below 0; repeated over many micro-batches
+    it must not cancel the rest of the step)."""
     per_micro, once = fixed_cost_split(shape)
     ranks = shape.per_node
     paid = micro_batches_paid(shape, profile.compute_for(ranks))
     each = profile.overhead_s(per_micro, ranks, parameter_bytes)
     step = profile.overhead_s(once, ranks, parameter_bytes, base=False)
     step += profile.step_overhead_s(per_micro + once, ranks)
-    return max(0.0, paid * each + step)
+    return max(0.0, paid * max(0.0, each) + step)
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
