@@ -19,6 +19,7 @@ def cli():
         (["comm", "--operations", "all_reduce,gather"], "operations: 'gather' is not one of"),
         (["comm", "--iters", "0"], "iters: must be >= 1, got 0"),
         (["comm", "--nproc-per-node", "0"], "launch.nproc_per_node: must be >= 1"),
+        (["comm", "--group-size", "3", "--nproc-per-node", "4"], "group_size: 3 must divide"),
         (["tp", "mlp", "--hidden", "33", "--nproc-per-node", "2"], "hidden: 33 must be divisible"),
         (["tp", "check", "--dtypes", "float16"], "dtypes: 'float16' is not one of"),
         (["moe", "route", "--experts", "3", "--nproc-per-node", "2"], "experts: 3 must be"),

@@ -90,3 +90,23 @@ def test_a_size_that_cannot_be_measured_exactly_is_announced(tmp_path):
         "all_reduce": 4,
         "all_gather": 8,
     }
+
+
+@pytest.mark.timeout(150)
+def test_four_ranks_in_groups_of_two_run_every_case_at_once_and_check_it(tmp_path):
+    """Two groups of two consecutive ranks, each running every collective at the same
+    time: every element is right within its group, and the bus factor is the group's."""
+    operations = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,send_recv"
+    args = ["comm", "--sizes", "1K", "--warmup", "1", "--iters", "2", "--group-size", "2"]
+    done, doc = run_mtb(tmp_path, "groups", *args, "--operations", operations, nproc=4)
+    assert done.returncode == 0, done.stderr
+    assert doc["config"]["group_size"] == 2 and doc["environment"]["world_size"] == 4
+    assert "mtb comm: 4 ranks in groups of 2 at once, cpu / gloo" in done.stdout
+    assert {m["operation"] for m in doc["measurements"]} == set(operations.split(","))
+    for m in doc["measurements"]:
+        assert m["status"] == "ok" and m["wrong_elements"] == 0, m
+        assert len(m["per_rank_time_us"]) == 4
+        received = m["elements"] // 2 if m["operation"] == "reduce_scatter" else m["elements"]
+        if m["mode"] != "uneven":
+            assert m["checked_elements"] == 4 * received, m
+        assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * bus_factor(m["operation"], 2))

@@ -33,11 +33,13 @@ def test_the_fit_never_gives_a_negative_latency_or_bandwidth():
     assert latency > 0 and slope == pytest.approx(1.9e-4 / 64000)
 
 
-def comm_document(rows, world=2, nnodes=1):
+def comm_document(rows, world=2, nnodes=1, group_size=0):
+    launch = {"nnodes": nnodes}
     return {
         "kind": "comm",
         "status": "ok",
-        "config": {"dtype": "float32", "iters": 5, "warmup": 1, "launch": {"nnodes": nnodes}},
+        "config": {"dtype": "float32", "iters": 5, "warmup": 1, "launch": launch}
+        | ({"group_size": group_size} if group_size else {}),
         "environment": {"world_size": world, "hostnames": ["a"] * world},
         "measurements": [
             {"operation": op, "mode": None, "status": "ok", "bytes": b, "time_p50_us": t}
@@ -54,8 +56,15 @@ def test_curves_of_a_document_fit_each_operation_with_its_bus_factor():
     assert curve.latency_s == pytest.approx(10e-6)
     assert curve.bus_bandwidth_bytes_per_s == pytest.approx(1e9)
     assert "x.json" in curve.how and curve.measured
+    assert curve.ranks_per_node == 4
     (cluster,) = curves.curves_of(comm_document(rows, world=4, nnodes=2), "y.json")
-    assert cluster.scope == "cluster"
+    assert cluster.scope == "cluster" and cluster.ranks_per_node is None
+    # 4 ranks in groups of 2 at once: all_gather's factor for 2 ranks is 1/2
+    rows = [("all_gather", b, 10 + b * 0.5 / 1e9 * 1e6) for b in (4096, 2**20)]
+    (pairs,) = curves.curves_of(comm_document(rows, world=4, group_size=2), "z.json")
+    assert (pairs.group_size, pairs.ranks_per_node) == (2, 4)
+    assert pairs.bus_bandwidth_bytes_per_s == pytest.approx(1e9)
+    assert "2 groups of 2 ranks at once" in pairs.how
 
 
 @pytest.mark.parametrize(

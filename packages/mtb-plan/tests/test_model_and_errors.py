@@ -453,12 +453,45 @@ def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     assert flags == ["--tp", "2", "--sequence-parallel", "--no-activation-checkpointing"]
 
 
-def test_calibrate_measures_every_group_a_node_forms():
-    from mtb_plan.calibrate import group_sizes
+def test_calibrate_measures_every_group_a_node_forms_with_all_its_ranks_running():
+    from mtb_plan.calibrate import comm_runs
 
-    assert group_sizes([1, 4]) == [2, 4]
-    assert group_sizes([1, 2, 8]) == [2, 4, 8]
-    assert group_sizes([1]) == []
+    assert comm_runs([1, 4]) == [(4, 2), (4, 4)]
+    assert comm_runs([1, 2, 8]) == [(2, 2), (8, 2), (8, 4), (8, 8)]
+    assert comm_runs([1]) == []
+
+
+def test_a_group_takes_the_curve_measured_with_its_layouts_ranks_running_else_alone():
+    """4 ranks' groups of 2 wait on each other for a node's cores: a layout of 4 ranks per
+    node takes the curve of groups of 2 measured among 4; without one (a written profile,
+    an older one), the group's alone; with neither, one line."""
+    from types import SimpleNamespace
+
+    from mtb_plan.step_model import _collective_s
+
+    def curve(group, running, latency):
+        return Curve(
+            collective="all_gather",
+            group_size=group,
+            ranks_per_node=running,
+            latency_s=latency,
+            bus_bandwidth_bytes_per_s=1e9,
+        )
+
+    among_four, alone = curve(2, 4, 3e-3), curve(2, 2, 3e-4)
+    profile = cpu_profile(comm=(alone, among_four, curve(4, 4, 5e-3)))
+    assert profile.curve("all_gather", 2, "node", 4) is among_four
+    assert profile.curve("all_gather", 2, "node", 2) is alone
+    assert profile.curve("all_gather", 2, "node", 8) is alone  # none among 8: alone
+    # the step model asks with its layout's ranks per node
+    for per_node, taken in ((4, among_four), (2, alone)):
+        shape = SimpleNamespace(per_node=per_node, scope=lambda group, inner: "node")
+        seconds = _collective_s(profile, "all_gather", 2, 1e6, shape)
+        assert seconds == pytest.approx(taken.time_s(1e6))
+    written = cpu_profile(comm=(curve(2, None, 1e-5),))
+    assert written.curve("all_gather", 2, "node", 4).latency_s == 1e-5
+    with pytest.raises(UsageError, match="no all_gather curve for 2 ranks"):
+        cpu_profile(comm=(among_four,)).curve("all_gather", 2, "node", 2)
 
 
 def test_fsdp_collectives_are_one_per_unit_and_nd_without_data_ranks_wraps_nothing():

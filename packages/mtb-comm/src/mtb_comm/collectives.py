@@ -22,6 +22,33 @@ PLACEMENTS = {
 PERIOD = 7  # pattern values: rank + 1 + (index mod PERIOD)
 
 
+@attrs.frozen
+class Members:
+    """The ranks a collective runs over: this rank's place among them, how many they are,
+    and their process group (None: every rank). Groups are consecutive ranks."""
+
+    rank: int
+    world_size: int
+    device: object
+    group: object = None
+    first: int = 0  # the global rank of the group's first member
+
+    def global_rank(self, member: int) -> int:
+        return self.first + member
+
+
+def members(context, group_size: int) -> Members:
+    """This rank's group of ``group_size`` consecutive ranks: every rank, or one of the
+    world / group_size subgroups that all run each collective at once."""
+    if group_size == context.world_size:
+        return Members(context.rank, context.world_size, context.device)
+    import torch.distributed as dist
+
+    group, _ = dist.new_subgroups(group_size)
+    first = context.rank - context.rank % group_size
+    return Members(dist.get_rank(group), group_size, context.device, group, first)
+
+
 @attrs.define
 class Call:
     """One collective ready to issue: ``run()``, its output and what it must hold after."""
@@ -47,7 +74,7 @@ def _all_reduce(ctx, count, dtype, placement, splits):
 
     buf = pattern(ctx.rank, count, dtype, ctx.device)
     expected = _sum_over_ranks(ctx.world_size, count, dtype, ctx.device)
-    return Call(lambda: dist.all_reduce(buf), buf, expected)
+    return Call(lambda: dist.all_reduce(buf, group=ctx.group), buf, expected)
 
 
 def _broadcast(ctx, count, dtype, placement, splits):
@@ -55,7 +82,7 @@ def _broadcast(ctx, count, dtype, placement, splits):
 
     buf = pattern(ctx.rank, count, dtype, ctx.device)
     expected = pattern(0, count, dtype, ctx.device)
-    return Call(lambda: dist.broadcast(buf, src=0), buf, expected)
+    return Call(lambda: dist.broadcast(buf, src=ctx.first, group=ctx.group), buf, expected)
 
 
 def _all_gather(ctx, count, dtype, placement, splits):
@@ -69,7 +96,7 @@ def _all_gather(ctx, count, dtype, placement, splits):
         out[ctx.rank * chunk : (ctx.rank + 1) * chunk] = mine
         mine = out[ctx.rank * chunk : (ctx.rank + 1) * chunk]
     expected = torch.cat([pattern(r, chunk, dtype, ctx.device) for r in range(ctx.world_size)])
-    return Call(lambda: dist.all_gather_into_tensor(out, mine), out, expected)
+    return Call(lambda: dist.all_gather_into_tensor(out, mine, group=ctx.group), out, expected)
 
 
 def _reduce_scatter(ctx, count, dtype, placement, splits):
@@ -84,7 +111,7 @@ def _reduce_scatter(ctx, count, dtype, placement, splits):
         out = source[mine]
     else:
         out = torch.empty(chunk, dtype=dtype, device=ctx.device)
-    return Call(lambda: dist.reduce_scatter_tensor(out, source), out, expected)
+    return Call(lambda: dist.reduce_scatter_tensor(out, source, group=ctx.group), out, expected)
 
 
 def _all_to_all(ctx, count, dtype, placement, splits):
@@ -102,7 +129,10 @@ def _all_to_all(ctx, count, dtype, placement, splits):
         offset = sum(splits[src][:rank])
         pieces.append(pattern(src, count, dtype, ctx.device)[offset : offset + splits[src][rank]])
     expected = torch.cat(pieces)
-    return Call(lambda: dist.all_to_all_single(out, source, receive, send), out, expected)
+    group = ctx.group
+    return Call(
+        lambda: dist.all_to_all_single(out, source, receive, send, group=group), out, expected
+    )
 
 
 def _send_recv(ctx, count, dtype, placement, splits):
@@ -121,8 +151,8 @@ def _send_recv(ctx, count, dtype, placement, splits):
         return Call(lambda: out.copy_(source), out, expected)
 
     def run():
-        sent = dist.isend(source, (rank + 1) % world)
-        dist.recv(out, (rank - 1) % world)
+        sent = dist.isend(source, ctx.global_rank((rank + 1) % world), group=ctx.group)
+        dist.recv(out, ctx.global_rank((rank - 1) % world), group=ctx.group)
         sent.wait()
 
     return Call(run, out, expected)

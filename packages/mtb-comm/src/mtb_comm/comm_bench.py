@@ -41,7 +41,8 @@ def _unsupported(error: Exception) -> bool:
 
 
 def measure_case(context, config, operation, placement, mode, size_bytes) -> dict:
-    """One rank's raw record of one case: times, wrong elements, or why it was skipped."""
+    """One rank's raw record of one case over its group (``collectives.Members``): times,
+    wrong elements, or why it was skipped."""
     import torch.distributed as dist
 
     dtype = torch_dtype(config.dtype)
@@ -76,9 +77,11 @@ def measure_case(context, config, operation, placement, mode, size_bytes) -> dic
 
 
 def measure(context, config) -> list[dict]:
-    """Every case at every size, in a fixed order that every rank shares."""
+    """Every case at every size, in a fixed order that every rank shares; with
+    ``group_size`` every group runs each case at once (a barrier over all ranks first)."""
+    group = collectives.members(context, config.group)
     return [
-        {"size_bytes": size, **measure_case(context, config, *case, size)}
+        {"size_bytes": size, **measure_case(group, config, *case, size)}
         for case in cases(config)
         for size in config.sizes_bytes
     ]

@@ -47,6 +47,13 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+def _divides_the_world(instance, attribute, value):
+    """A group size splits the ranks into whole groups."""
+    world = instance.launch.world_size
+    if value and world % value:
+        raise ConfigError(attribute.name, f"{value} must divide the world size {world}")
+
+
 def _divisible(instance, attribute, value):
     """A dimension that is sharded over the ranks must divide evenly."""
     world = instance.launch.world_size
@@ -69,10 +76,24 @@ class CommConfig:
         choices=ALL_TO_ALL_MODES,
     )
     seed: int = setting(1234, help="seed of the uneven all_to_all router", minimum=0)
+    group_size: int = setting(
+        0,
+        help="ranks in each group: the ranks split into groups of consecutive ranks that run "
+        "every collective at once, as a layout's tensor- or data-parallel groups do (as "
+        "nccl-tests' NCCL_TESTS_SPLIT splits them); 0: one group of every rank",
+        minimum=0,
+        maximum=4096,
+        validator=_divides_the_world,
+    )
     output: str = setting(
         "", help="result JSON path", shown_default="results/<kind>-<UTC time>.json"
     )
     launch: LaunchConfig = attrs.field(factory=LaunchConfig)
+
+    @property
+    def group(self) -> int:
+        """The ranks of each group."""
+        return self.group_size or self.launch.world_size
 
 
 @attrs.define(kw_only=True)

@@ -24,8 +24,9 @@ def _received_imbalance(splits) -> float | None:
     return imbalance([sum(row[dst] for row in splits) for dst in range(len(splits))])
 
 
-def reduce_case(records: list[dict], dtype: str, itemsize: int) -> CommMeasurement:
-    """One case as every rank measured it (``records`` ordered by rank)."""
+def reduce_case(records: list[dict], dtype: str, itemsize: int, group: int) -> CommMeasurement:
+    """One case as every rank measured it (``records`` ordered by rank), over groups of
+    ``group`` ranks (the bus factor's n)."""
     first = records[0]
     common = {
         "operation": first["operation"],
@@ -53,7 +54,7 @@ def reduce_case(records: list[dict], dtype: str, itemsize: int) -> CommMeasureme
         time_p50_us=statistics.median(per_iteration),
         time_max_us=max(per_iteration),
         algbw_gbps=algbw_gbps(common["bytes"], time_us),
-        busbw_gbps=busbw_gbps(first["operation"], common["bytes"], time_us, len(records)),
+        busbw_gbps=busbw_gbps(first["operation"], common["bytes"], time_us, group),
         per_rank_time_us=means,
         slowest_rank=means.index(time_us),
         wrong_elements=wrong,
@@ -66,7 +67,7 @@ def build_comm(config, per_rank: list[list[dict]]) -> dict:
 
     itemsize = getattr(torch, config.dtype).itemsize
     cases = zip(*per_rank, strict=True)
-    measurements = [reduce_case(list(case), config.dtype, itemsize) for case in cases]
+    measurements = [reduce_case(list(case), config.dtype, itemsize, config.group) for case in cases]
     failures = [
         f"{m.operation} {m.placement} {m.bytes} B: {m.reason}"
         for m in measurements

@@ -151,19 +151,29 @@ def device_name(device: str) -> str:
     return "cpu"
 
 
-def group_sizes(ranks_per_node) -> list[int]:
-    """Every group a layout of N ranks per node forms within a node: each divisor >= 2 of N."""
-    return sorted({size for n in ranks_per_node for size in range(2, n + 1) if n % size == 0})
+def comm_runs(ranks_per_node) -> list[tuple[int, int]]:
+    """(ranks, group size) of each ``mtb comm`` run: for every N ranks per node, every group
+    a layout of N forms within a node (each divisor >= 2 of N), all N / size groups at once,
+    as the layout runs them (on a CPU N ranks share its cores: 4 ranks' groups of 2 wait
+    longer than 2 ranks alone)."""
+    return [
+        (nproc, size)
+        for nproc in sorted(set(ranks_per_node))
+        for size in range(2, nproc + 1)
+        if nproc % size == 0
+    ]
 
 
 def comm_curves(ranks_per_node, precision, device, sizes, timeout_s, comm_prefix, progress):
-    """Curves of every group size a node's layouts use, from ``mtb comm`` runs of that size."""
+    """Curves of every group size a node's layouts use, from ``mtb comm`` runs of them."""
     found = []
-    for nproc in group_sizes(ranks_per_node):
-        progress(f"mtb comm at {nproc} ranks per node (sizes {sizes})")
-        output = f"{comm_prefix}-comm-{nproc}.json"
-        document = curves.run_comm(nproc, sizes, precision, device, timeout_s, output)
-        found += curves.curves_of(document, f"--nproc-per-node {nproc} ({Path(output).name})")
+    for nproc, group in comm_runs(ranks_per_node):
+        groups = "" if group == nproc else f" in groups of {group}"
+        progress(f"mtb comm at {nproc} ranks per node{groups} (sizes {sizes})")
+        output = f"{comm_prefix}-comm-{nproc}{'' if group == nproc else f'-groups-of-{group}'}.json"
+        document = curves.run_comm(nproc, sizes, precision, device, timeout_s, output, group)
+        source = f"--nproc-per-node {nproc} --group-size {group} ({Path(output).name})"
+        found += curves.curves_of(document, source)
     return found
 
 
@@ -183,12 +193,16 @@ def documents_curves(paths, precision: str) -> list:
 
 
 def merged(*groups) -> tuple:
-    """Curves keyed by (collective, group size, scope); a later group replaces an earlier."""
+    """Curves keyed by (collective, group size, scope, ranks running); a later group
+    replaces an earlier."""
     table = {}
     for group in groups:
         for curve in group:
-            table[(curve.collective, curve.group_size, curve.scope)] = curve
-    return tuple(table[key] for key in sorted(table, key=lambda k: (k[2] != "node", k[1], k[0])))
+            key = (curve.collective, curve.group_size, curve.scope, curve.ranks_per_node or 0)
+            table[key] = curve
+    return tuple(
+        table[key] for key in sorted(table, key=lambda k: (k[2] != "node", k[1], k[3], k[0]))
+    )
 
 
 def calibrate(
@@ -207,7 +221,8 @@ def calibrate(
 ) -> Profile:
     """Measure every figure the step model needs for ``preset`` on this machine.
 
-    ``comm_prefix``: the ``mtb comm`` documents are kept as PREFIX-comm-N.json,
+    ``comm_prefix``: the ``mtb comm`` documents are kept as PREFIX-comm-N.json (and
+    PREFIX-comm-N-groups-of-G.json),
     evidence beside the profile. ``repeats``: runs of each fixed-cost and full-width
     measurement, the fastest kept.
     """

@@ -158,7 +158,8 @@ def summary(profile):
     "--output",
     default="plan-profile.toml",
     show_default=True,
-    help="profile TOML path; mtb comm's results are kept beside it as <stem>-comm-N.json",
+    help="profile TOML path; mtb comm's results are kept beside it as <stem>-comm-N.json "
+    "(N ranks) and <stem>-comm-N-groups-of-G.json",
 )
 @click.option(
     "--timeout",

@@ -71,9 +71,13 @@ def points_of(document: dict, operation: str) -> list[tuple[int, float]]:
 
 
 def curves_of(document: dict, source: str) -> list[Curve]:
-    """One fitted curve per operation the document measured, with how it was measured."""
-    group = document["environment"]["world_size"]
+    """One fitted curve per operation the document measured, with how it was measured:
+    over each group of ``--group-size`` ranks (all of them by default), with the node's
+    ranks running (within a node; across nodes the group is taken as alone)."""
+    world = document["environment"]["world_size"]
     scope, config = scope_of(document), document["config"]
+    group = config.get("group_size") or world
+    running = world if scope == "node" else None
     curves = []
     for operation in OPERATIONS:
         points = points_of(document, operation)
@@ -83,7 +87,7 @@ def curves_of(document: dict, source: str) -> list[Curve]:
         latency, slope = fit([(b * factor, t) for b, t in points])
         sizes = ",".join(str(b) for b in sorted({b for b, _ in points}))
         how = (
-            f"mtb comm {source}: {operation}, {group} ranks, {config.get('dtype')}, "
+            f"mtb comm {source}: {operation}, {_groups(group, world)}, {config.get('dtype')}, "
             f"sizes {sizes} B, each point the median over {config.get('iters')} timed calls "
             f"(after {config.get('warmup')} warm-up) of the slowest rank's time; time = latency "
             f"+ bytes x {factor:.4g} / busbw fitted by relative least squares over "
@@ -94,12 +98,19 @@ def curves_of(document: dict, source: str) -> list[Curve]:
                 collective=operation,
                 group_size=group,
                 scope=scope,
+                ranks_per_node=running,
                 latency_s=latency,
                 bus_bandwidth_bytes_per_s=1 / slope,
                 how=how,
             )
         )
     return curves
+
+
+def _groups(group: int, world: int) -> str:
+    if group == world:
+        return f"{group} ranks"
+    return f"{world // group} groups of {group} ranks at once"
 
 
 def read_document(path: str | Path, flag: str = "--from-comm") -> dict:
@@ -118,19 +129,23 @@ def read_document(path: str | Path, flag: str = "--from-comm") -> dict:
     return document
 
 
-def comm_command(nproc: int, sizes: str, precision: str, device: str, timeout_s: float, output):
-    """The ``mtb comm`` command line calibrate runs for one group size."""
+def comm_command(
+    nproc: int, sizes: str, precision: str, device: str, timeout_s: float, output, group: int
+):
+    """The ``mtb comm`` command line calibrate runs for one group size on ``nproc`` ranks."""
     return [
         *(sys.executable, "-m", "mtb", "comm", "--operations", ",".join(OPERATIONS)),
         *("--all-to-all-mode", "equal", "--sizes", sizes, "--dtype", COMM_DTYPES[precision]),
         *("--warmup", "3", "--iters", "10", "--nproc-per-node", str(nproc), "--device", device),
-        *("--timeout", str(int(timeout_s)), "--output", str(output)),
+        *("--group-size", str(group), "--timeout", str(int(timeout_s)), "--output", str(output)),
     ]
 
 
-def run_comm(nproc: int, sizes: str, precision: str, device: str, timeout_s: float, output):
-    """Run ``mtb comm`` on ``nproc`` local ranks and return its document."""
-    command = comm_command(nproc, sizes, precision, device, timeout_s, output)
+def run_comm(
+    nproc: int, sizes: str, precision: str, device: str, timeout_s: float, output, group: int
+):
+    """Run ``mtb comm`` on ``nproc`` local ranks in groups of ``group``; its document."""
+    command = comm_command(nproc, sizes, precision, device, timeout_s, output, group)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 30)
     except subprocess.TimeoutExpired:

@@ -88,6 +88,10 @@ class Curve:
     collective: str = attrs.field(validator=attrs.validators.in_(COLLECTIVES))
     group_size: int
     scope: str = attrs.field(default="node", validator=attrs.validators.in_(SCOPES))
+    #: ranks per node running when it was measured, ranks_per_node / group_size groups of
+    #: them at once (a layout's groups share the node: on a CPU its cores); None: the group
+    #: alone (profiles written by hand, or measured before groups ran at once)
+    ranks_per_node: int | None = None
     latency_s: float
     bus_bandwidth_bytes_per_s: float = attrs.field(validator=_positive)
     measured: bool = True
@@ -230,12 +234,19 @@ class Profile:
             )
         return [known[name] for name in names]
 
-    def curve(self, collective: str, group_size: int, scope: str) -> Curve:
-        """The curve of ``collective`` over ``group_size`` ranks in ``scope``, or one line."""
-        for entry in self.comm:
-            key = (entry.collective, entry.group_size, entry.scope)
-            if key == (collective, group_size, scope):
-                return entry
+    def curve(
+        self, collective: str, group_size: int, scope: str, ranks_per_node: int | None = None
+    ) -> Curve:
+        """The curve of ``collective`` over ``group_size`` ranks in ``scope`` measured with
+        ``ranks_per_node`` ranks running, else the group measured alone; or one line."""
+        found = {
+            entry.ranks_per_node: entry
+            for entry in self.comm
+            if (entry.collective, entry.group_size, entry.scope) == (collective, group_size, scope)
+        }
+        for running in (ranks_per_node, None, group_size):
+            if running in found:
+                return found[running]
         raise UsageError(
             f"profile {self.name!r}: no {collective} curve for {group_size} ranks "
             f"({'within a node' if scope == 'node' else 'across nodes'}); measure it with "

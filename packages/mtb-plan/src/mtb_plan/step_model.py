@@ -420,7 +420,9 @@ def _collective_s(
 ) -> float:
     if group <= 1 or nbytes <= 0:
         return 0.0
-    return profile.curve(collective, group, shape.scope(group, inner)).time_s(nbytes)
+    scope = shape.scope(group, inner)
+    running = shape.per_node if scope == "node" else None
+    return profile.curve(collective, group, scope, running).time_s(nbytes)
 
 
 def fsdp_units(shape: Shape) -> int:
