@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -65,6 +66,23 @@ def test_curves_of_a_document_fit_each_operation_with_its_bus_factor():
     assert (pairs.group_size, pairs.ranks_per_node) == (2, 4)
     assert pairs.bus_bandwidth_bytes_per_s == pytest.approx(1e9)
     assert "2 groups of 2 ranks at once" in pairs.how
+
+
+def test_calibrate_runs_mtb_comm_for_each_group_with_all_of_a_nodes_ranks(monkeypatch):
+    from mtb_plan import calibrate
+
+    launched = []
+
+    def run_comm(nproc, sizes, precision, device, timeout_s, output, group):
+        launched.append((nproc, group, Path(output).name))
+        rows = [(op, b, 10 + b / 1e3) for op in curves.OPERATIONS for b in (4096, 2**20)]
+        return comm_document(rows, world=nproc, group_size=group)
+
+    monkeypatch.setattr(curves, "run_comm", run_comm)
+    found = calibrate.comm_curves([1, 4], "fp32", "cpu", "4K,1M", 60, "out/p", lambda _: None)
+    assert launched == [(4, 2, "p-comm-4-groups-of-2.json"), (4, 4, "p-comm-4.json")]
+    assert {(c.group_size, c.ranks_per_node) for c in found} == {(2, 4), (4, 4)}
+    assert all("--group-size" in c.how for c in found)
 
 
 @pytest.mark.parametrize(
