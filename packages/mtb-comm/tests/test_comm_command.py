@@ -24,6 +24,7 @@ def test_exits_0_with_an_ok_document(comm):
     assert (node["node_rank"], node["first_rank"]) == (0, 0) and node["torch"]
     assert "nodes" not in doc["environment"]
     assert doc["environment"]["world_size"] == 2 and doc["environment"]["backend"] == "gloo"
+    assert doc["group_size"] == 2  # one group of every rank
     assert any(p["distribution"] == "mtb-comm" for p in doc["plugins"])
     assert "mtb comm: 2 ranks, cpu / gloo, bfloat16" in done.stdout
     assert from_dict(doc).measurements[0].operation == "all_reduce"
@@ -100,7 +101,8 @@ def test_four_ranks_in_groups_of_two_run_every_case_at_once_and_check_it(tmp_pat
     args = ["comm", "--sizes", "1K", "--warmup", "1", "--iters", "2", "--group-size", "2"]
     done, doc = run_mtb(tmp_path, "groups", *args, "--operations", operations, nproc=4)
     assert done.returncode == 0, done.stderr
-    assert doc["config"]["group_size"] == 2 and doc["environment"]["world_size"] == 4
+    assert doc["config"]["group_size"] == doc["group_size"] == 2
+    assert doc["environment"]["world_size"] == 4
     assert "mtb comm: 4 ranks in groups of 2 at once, cpu / gloo" in done.stdout
     assert {m["operation"] for m in doc["measurements"]} == set(operations.split(","))
     for m in doc["measurements"]:

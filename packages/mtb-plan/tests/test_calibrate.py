@@ -66,6 +66,9 @@ def test_curves_of_a_document_fit_each_operation_with_its_bus_factor():
     assert (pairs.group_size, pairs.ranks_per_node) == (2, 4)
     assert pairs.bus_bandwidth_bytes_per_s == pytest.approx(1e9)
     assert "2 groups of 2 ranks at once" in pairs.how
+    # 2 nodes of 2: groups of 2 sit within a node, groups of 4 span both
+    (inside,) = curves.curves_of(comm_document(rows, 4, nnodes=2, group_size=2), "n.json")
+    assert (inside.scope, inside.ranks_per_node) == ("node", 2)
 
 
 def test_calibrate_runs_mtb_comm_for_each_group_with_all_of_a_nodes_ranks(monkeypatch):

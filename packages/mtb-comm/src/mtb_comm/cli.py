@@ -74,7 +74,8 @@ def comm_command(operations, sizes, **params):
         sizes_bytes=cfg.parse_sizes(sizes),
     )
     itemsize = comm_bench.torch_dtype(spec.dtype).itemsize
-    for line in size_notices(spec.operations, spec.sizes_bytes, spec.dtype, itemsize, spec.group):
+    group = spec.group_size or spec.launch.world_size
+    for line in size_notices(spec.operations, spec.sizes_bytes, spec.dtype, itemsize, group):
         click.echo(line, err=True)
     _execute("comm", spec, comm_bench.measure, summaries.build_comm, tables.comm_table)
 

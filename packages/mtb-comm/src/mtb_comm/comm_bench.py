@@ -8,6 +8,7 @@ them. Rank 0 reduces the per-rank records (results.reduce_comm).
 """
 
 from mtb_comm import collectives
+from mtb_comm import config as cfg
 from mtb_comm.bandwidth import element_count
 from mtb_comm.moe_routing import uneven_splits
 from mtb_comm.timing import time_iterations, warm_up
@@ -79,7 +80,7 @@ def measure_case(context, config, operation, placement, mode, size_bytes) -> dic
 def measure(context, config) -> list[dict]:
     """Every case at every size, in a fixed order that every rank shares; with
     ``group_size`` every group runs each case at once (a barrier over all ranks first)."""
-    group = collectives.members(context, config.group)
+    group = collectives.members(context, cfg.group_of(config, context.world_size))
     return [
         {"size_bytes": size, **measure_case(group, config, *case, size)}
         for case in cases(config)

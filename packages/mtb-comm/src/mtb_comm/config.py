@@ -48,10 +48,20 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def _divides_the_world(instance, attribute, value):
-    """A group size splits the ranks into whole groups."""
+    """A group size splits the ranks mtb starts into whole groups (under torchrun, whose
+    ranks the flags do not give, the workers check it: ``group_of``)."""
     world = instance.launch.world_size
-    if value and world % value:
+    if value and world > 1 and world % value:
         raise ConfigError(attribute.name, f"{value} must divide the world size {world}")
+
+
+def group_of(config, world_size: int) -> int:
+    """The ranks of each group, of ``world_size`` ranks running."""
+    if config.group_size and world_size % config.group_size:
+        raise ConfigError(
+            "group_size", f"{config.group_size} must divide the world size {world_size}"
+        )
+    return config.group_size or world_size
 
 
 def _divisible(instance, attribute, value):
@@ -89,11 +99,6 @@ class CommConfig:
         "", help="result JSON path", shown_default="results/<kind>-<UTC time>.json"
     )
     launch: LaunchConfig = attrs.field(factory=LaunchConfig)
-
-    @property
-    def group(self) -> int:
-        """The ranks of each group."""
-        return self.group_size or self.launch.world_size
 
 
 @attrs.define(kw_only=True)

@@ -93,6 +93,9 @@ class Document:
 
 @attrs.define(kw_only=True)
 class CommDocument(Document):
+    #: ranks in each group that ran the collectives (``--group-size``; the bus factor's n);
+    #: None in a document written before groups, or of a run that failed
+    group_size: int | None = None
     measurements: list[CommMeasurement] = attrs.field(factory=list)
 
 

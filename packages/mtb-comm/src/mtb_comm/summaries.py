@@ -67,13 +67,14 @@ def build_comm(config, per_rank: list[list[dict]]) -> dict:
 
     itemsize = getattr(torch, config.dtype).itemsize
     cases = zip(*per_rank, strict=True)
-    measurements = [reduce_case(list(case), config.dtype, itemsize, config.group) for case in cases]
+    group = config.group_size or len(per_rank)
+    measurements = [reduce_case(list(case), config.dtype, itemsize, group) for case in cases]
     failures = [
         f"{m.operation} {m.placement} {m.bytes} B: {m.reason}"
         for m in measurements
         if m.status == "failed"
     ]
-    return {**_verdict(failures), "measurements": measurements}
+    return {**_verdict(failures), "group_size": group, "measurements": measurements}
 
 
 def build_tp(config, per_rank: list[list[dict]]) -> dict:

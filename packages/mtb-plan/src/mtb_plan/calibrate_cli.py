@@ -82,12 +82,13 @@ def summary(profile):
             f"{c.optimizer_bytes_per_s / 1e9:.2f} GB/s",
         )
     comm = Table(title="collective curves: time = latency + bytes x factor / busbw")
-    for column in ("collective", "ranks", "scope", "latency", "busbw"):
+    for column in ("collective", "ranks", "ranks/node", "scope", "latency", "busbw"):
         comm.add_column(column, justify="right")
     for curve in profile.comm:
         comm.add_row(
             curve.collective,
             str(curve.group_size),
+            "alone" if curve.ranks_per_node is None else str(curve.ranks_per_node),
             curve.scope,
             f"{curve.latency_s * 1e6:.1f} us",
             f"{curve.bus_bandwidth_bytes_per_s / 1e9:.3f} GB/s",

@@ -49,11 +49,11 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return latency, slope
 
 
-def scope_of(document: dict) -> str:
-    """``cluster`` when the run spanned several nodes, else ``node``."""
+def nodes_of(document: dict) -> int:
+    """The nodes the run spanned (its ``--nnodes``, or its distinct hosts)."""
     nnodes = document.get("config", {}).get("launch", {}).get("nnodes", 1)
     hosts = set(document.get("environment", {}).get("hostnames", []))
-    return "cluster" if nnodes > 1 or len(hosts) > 1 else "node"
+    return max(nnodes, len(hosts), 1)
 
 
 def points_of(document: dict, operation: str) -> list[tuple[int, float]]:
@@ -72,12 +72,13 @@ def points_of(document: dict, operation: str) -> list[tuple[int, float]]:
 
 def curves_of(document: dict, source: str) -> list[Curve]:
     """One fitted curve per operation the document measured, with how it was measured:
-    over each group of ``--group-size`` ranks (all of them by default), with the node's
-    ranks running (within a node; across nodes the group is taken as alone)."""
-    world = document["environment"]["world_size"]
-    scope, config = scope_of(document), document["config"]
+    over each group of ``--group-size`` consecutive ranks (all of them by default), within
+    a node where a group fits in one (with the node's ranks running), else across nodes."""
+    world, config = document["environment"]["world_size"], document["config"]
     group = config.get("group_size") or world
-    running = world if scope == "node" else None
+    per_node = world // nodes_of(document)
+    scope = "node" if group <= per_node else "cluster"  # groups are consecutive ranks
+    running = per_node if scope == "node" else None
     curves = []
     for operation in OPERATIONS:
         points = points_of(document, operation)
@@ -149,10 +150,14 @@ def run_comm(
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 30)
     except subprocess.TimeoutExpired:
-        raise RunFailed(f"mtb comm at {nproc} ranks did not finish in {timeout_s:.0f} s") from None
+        raise RunFailed(
+            f"mtb comm at {nproc} ranks (groups of {group}) did not finish in {timeout_s:.0f} s"
+        ) from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         if "No such command 'comm'" in last:
             raise UsageError("calibrate measures collectives with `mtb comm`: pip install mtb-comm")
-        raise RunFailed(f"mtb comm at {nproc} ranks failed (exit {done.returncode}): {last}")
+        raise RunFailed(
+            f"mtb comm at {nproc} ranks (groups of {group}) failed (exit {done.returncode}): {last}"
+        )
     return read_document(output, flag="mtb comm")
