@@ -1,5 +1,10 @@
 """``mtb comm`` on 2 gloo ranks: every operation and placement checked, numbers consistent."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from conftest import run_mtb
 
@@ -112,3 +117,20 @@ def test_four_ranks_in_groups_of_two_run_every_case_at_once_and_check_it(tmp_pat
         if m["mode"] != "uneven":
             assert m["checked_elements"] == 4 * received, m
         assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * bus_factor(m["operation"], 2))
+
+
+@pytest.mark.timeout(150)
+def test_under_torchrun_the_group_is_every_rank_it_started(tmp_path):
+    """torchrun starts the ranks, not mtb's flags: the group and the bus factor come from
+    the ranks running."""
+    out = tmp_path / "torchrun.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    command += ["-m", "mtb", "comm", "--sizes", "1K", "--warmup", "1", "--iters", "2"]
+    command += ["--operations", "all_reduce", "--device", "cpu", "--output", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=140)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["group_size"] == 2 and doc["environment"]["world_size"] == 2
+    (m,) = doc["measurements"]
+    assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * bus_factor("all_reduce", 2))
