@@ -193,3 +193,21 @@ def test_a_real_calibration_of_tiny_writes_a_loadable_profile(tmp_path):
     assert "at 1 and 2 micro-batches a step" in base.how
     document = json.loads((tmp_path / "p-comm-2.json").read_text())  # the evidence is kept
     assert document["kind"] == "comm"
+
+
+def test_a_loaded_machine_is_warned_of_before_calibrating(monkeypatch, tmp_path):
+    """Other processes on the cores slow every figure: calibrate says so first (on CPU)."""
+    from mtb_plan import calibrate, calibrate_cli
+
+    assert calibrate_cli.busy_warning(0.9, 2) is None
+    assert "load average is 3.5 on 2 core(s)" in calibrate_cli.busy_warning(3.5, 2)
+
+    def stop(**settings):
+        raise UsageError("stopped before measuring")
+
+    monkeypatch.setattr(calibrate, "calibrate", stop)
+    monkeypatch.setattr(calibrate_cli.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    args = ["--device", "cpu", "--nproc-per-node", "1", "--output", str(tmp_path / "p.toml")]
+    result = CliRunner().invoke(calibrate_command, args)
+    assert isinstance(result.exception, UsageError)
+    assert "warning: the load average is 8.0" in result.stderr

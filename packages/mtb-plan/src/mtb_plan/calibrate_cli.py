@@ -4,6 +4,7 @@ Every option is checked before anything is launched; bad input is one line
 naming the option (exit 2). torch is imported only when the command runs.
 """
 
+import os
 from pathlib import Path
 
 import click
@@ -107,6 +108,22 @@ def summary(profile):
             else "",
         )
     return compute, comm, fixed
+
+
+#: the one-minute load average, per core, above which calibrate warns: at 0.5 another process
+#: keeps a core busy half the time, and every figure carries its share of the cores
+BUSY_LOAD_PER_CORE = 0.5
+
+
+def busy_warning(load: float, cores: int) -> str | None:
+    """A warning line when other processes load the cores calibrate is about to time."""
+    if load <= BUSY_LOAD_PER_CORE * cores:
+        return None
+    return (
+        f"warning: the load average is {load:.1f} on {cores} core(s) before calibrating: "
+        "other processes share the cores and every figure will carry their time; calibrate "
+        "on an idle machine"
+    )
 
 
 @click.command("calibrate")
@@ -223,6 +240,9 @@ def calibrate_command(
         curves.read_document(path)
     device = check_device(device, ranks)
     progress = plain_console(stderr=True)
+    busy = busy_warning(os.getloadavg()[0], os.cpu_count() or 1) if device == "cpu" else None
+    if busy:
+        progress.print(f"mtb plan calibrate: {busy}")
     started = time.perf_counter()
     profile = calibrate(
         preset=preset,
