@@ -7,6 +7,7 @@ Each ``build_*`` returns status, error and the kind's records; status is
 import statistics
 
 from mtb_comm.bandwidth import algbw_gbps, busbw_gbps
+from mtb_comm.config import group_of
 from mtb_comm.moe_routing import imbalance
 from mtb_comm.results import CommMeasurement, MoeRanks, TensorCheck
 
@@ -67,7 +68,7 @@ def build_comm(config, per_rank: list[list[dict]]) -> dict:
 
     itemsize = getattr(torch, config.dtype).itemsize
     cases = zip(*per_rank, strict=True)
-    group = config.group_size or len(per_rank)
+    group = group_of(config, len(per_rank))
     measurements = [reduce_case(list(case), config.dtype, itemsize, group) for case in cases]
     failures = [
         f"{m.operation} {m.placement} {m.bytes} B: {m.reason}"

@@ -20,7 +20,7 @@ PLACES = {"in_place": "ip", "out_of_place": "oop"}
 def comm_table(document: dict) -> Table:
     """One row per case, nccl-tests style (ip: in-place, oop: out-of-place)."""
     env, config = document["environment"], document["config"]
-    group = config.get("group_size") or env["world_size"]
+    group = document.get("group_size") or env["world_size"]
     groups = f" in groups of {group} at once" if group != env["world_size"] else ""
     table = Table(
         title=f"mtb comm: {env['world_size']} ranks{groups}, {env['device']} / "
