@@ -253,8 +253,8 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     from mtb_plan.profile import Overhead
     from mtb_plan.step_model import fixed_costs_s, micro_batches_paid
 
-    costs = {"base": 0.010, "fsdp": 0.040, "pp": -0.002}
-    steps = {"fsdp": 0.005}  # FSDP's cost once a step besides
+    costs = {"base": 0.010, "fsdp": 0.040, "rep": 0.015, "pp": -0.002}
+    steps = {"fsdp": 0.005, "rep": 0.003}  # each one's cost once a step besides
     entries = tuple(
         Overhead(
             mechanism=name,
@@ -290,12 +290,16 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     # FSDP over a shard group of one gathers nothing, and the pipeline defers its reduction:
     # none of its costs, not even the step's
     assert fixed_costs_s(shape(2, 4, "replicate"), profile, 0) == pytest.approx(2.5 * 0.008)
-    assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(0.205)
+    # without a pipeline, replicated FSDP pays its own measured cost, not sharded FSDP's
+    assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(
+        4 * (0.010 + 0.015) + 0.003
+    )
     # a calibration run's residual gives back the costs its mechanism was given
     known = {name: (seconds, steps.get(name, 0.0)) for name, seconds in costs.items()}
     for mechanism, runs in (
         ("pp", (shape(2, 2), shape(2, 4))),
         ("fsdp", (shape(1, 1), shape(1, 2))),
+        ("rep", (shape(1, 1, "replicate"), shape(1, 2, "replicate"))),
     ):
         fitted = [
             _fitted(mechanism, fixed_costs_s(run, profile, 0), run, known, compute) for run in runs
@@ -337,13 +341,14 @@ def test_fixed_costs_split_per_micro_batch_and_per_step_and_calibrate_gives_them
     assert fixed_costs_s(shape(4, tp=2), profile, 0) == pytest.approx(4 * 0.023 + 0.045)
     # a two-stage pipeline of tp: each stage half the blocks over 4 + 2 - 1 slots
     assert fixed_costs_s(shape(4, 2, 2), profile, 0) == pytest.approx(2.5 * 0.027 + 0.047)
-    # a mechanism whose second micro-batch measured cheaper keeps its negative part, but
-    # over many micro-batches it never takes a micro-batch's cost below 0
+    # a mechanism whose second micro-batch measured cheaper keeps its negative part, even
+    # where it takes a micro-batch's cost below 0 (so the step model gives back the runs it
+    # was fitted on); over many micro-batches the step's sum never goes below 0
     cheaper = (*entries, Overhead(mechanism="sp", ranks_per_node=4, per_micro_batch_s=-0.030))
     cheap = cpu_profile(overhead=cheaper, compute=(compute,))
-    for accumulation in (2, 64):
+    for accumulation, expected in ((2, 2 * (0.023 - 0.030) + 0.045), (64, 0.0)):
         with_sp = SimpleNamespace(**{**vars(shape(accumulation, tp=2)), "sp": True})
-        assert fixed_costs_s(with_sp, cheap, 0) == pytest.approx(0.045)  # the step's alone
+        assert fixed_costs_s(with_sp, cheap, 0) == pytest.approx(expected)
     # the two calibration runs of each mechanism (one and two micro-batches) give its parts back
     known = {}
     for mechanism, runs in (
@@ -441,6 +446,8 @@ def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     assert candidate("base", 1).strategy == "single" and candidate("tp", 1) is None
     assert candidate("tp", 4).mesh == {"tp": 2, "dp_shard": 2}
     assert candidate("cp", 2).mesh == {"cp": 2, "dp_shard": 1}
+    assert candidate("rep", 4).mesh == {"dp_replicate": 4}  # FSDP over a shard group of one
+    assert candidate("rep", 1) is None
     assert candidate("pp", 3) is None
     twice = candidate("pp", 4, micro_batches=2)  # a pipeline's own micro-batches, doubled
     assert twice.mesh["pp_microbatches"] == 4 and twice.micro_batch_size == 4
@@ -525,6 +532,9 @@ def test_fsdp_collectives_are_one_per_unit_and_nd_without_data_ranks_wraps_nothi
     unwrapped = Shape(**pure_tp, **steps, **rest, sharding="none", engine="ddp")
     assert "gradients" not in communication_s(workload, unwrapped, profile, parameters)
     assert "fsdp" not in mechanisms(unwrapped)
+    assert mechanisms(shape) == ("fsdp",)
+    replicated = attrs.evolve(shape, dp_replicate=2, dp_shard=1, sharding="replicate")
+    assert mechanisms(replicated) == ("rep",)  # replicated FSDP: its own cost, not fsdp's
 
 
 def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones(tmp_path):

@@ -56,6 +56,7 @@ LAYOUTS = {
     "base": ("ddp", {}, 1),
     "ac": ("ddp", {}, 1),
     "fsdp": ("fsdp", {}, 1),
+    "rep": ("nd", {}, 1),
     "zero": ("zero2", {}, 1),
     "tp": ("nd", {"tp": 2}, 1),
     "sp": ("nd", {"tp": 2, "sequence_parallel": True}, 1),
@@ -65,6 +66,9 @@ LAYOUTS = {
 }
 #: the mechanism measured on its layout with activation checkpointing on
 CHECKPOINTED = "ac"
+#: the mechanism whose ``nd`` layout replicates over the data-parallel ranks (FSDP over a
+#: shard group of one); the others shard over them
+REPLICATED = "rep"
 #: steps of each fixed-cost run: a median of 20 (the runs are short; most of their time is the
 #: launch), since a mechanism's two runs are subtracted
 STEPS, WARMUP = 24, 4
@@ -111,7 +115,8 @@ def candidate(mechanism: str, ranks: int, micro_batches: int = 1) -> Candidate |
         model = mesh.get("tp", 1) * mesh.get("pp", 1) * mesh.get("cp", 1)
         if ranks % model:
             return None
-        mesh = {**mesh, "dp_shard": ranks // model}
+        data = "dp_replicate" if mechanism == REPLICATED else "dp_shard"
+        mesh = {**mesh, data: ranks // model}
     return Candidate(
         strategy=strategy,
         nproc_per_node=ranks,
@@ -282,17 +287,27 @@ def _flags(options: dict) -> list[str]:
 
 
 def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict, repeats: int) -> str:
-    strategy, mesh, micro_batch = LAYOUTS[mechanism]
+    _, mesh, micro_batch = LAYOUTS[mechanism]
     width = ", ".join(f"{key} {value}" for key, value in sorted(overrides.items()))
-    checkpointing = " with activation checkpointing" if mechanism == CHECKPOINTED else ""
     return (
-        f"mtb run of {workload.preset} at {width} ({strategy} {mesh or ''}{checkpointing} on "
+        f"mtb run of {workload.preset} at {width} ({_layout_words(mechanism)} on "
         f"{ranks} rank(s), "
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, {_fastest(repeats)}, "
         f"each in its own pass over the mechanisms) at {_counts(mesh)} micro-batches a step, "
         "less the step model's prediction for each, less base and the other mechanisms it "
         "uses; per micro-batch: what the second micro-batch adds, per step: the rest"
     )
+
+
+def _layout_words(mechanism: str) -> str:
+    """The strategy and mesh of ``mechanism``'s calibration layout, in words."""
+    strategy, mesh, _ = LAYOUTS[mechanism]
+    words = f"{strategy} {mesh}" if mesh else strategy
+    if mechanism == CHECKPOINTED:
+        words += " with activation checkpointing"
+    if mechanism == REPLICATED:
+        words += " replicated over every rank"
+    return words
 
 
 def _counts(mesh: dict) -> str:
@@ -404,7 +419,7 @@ def _arithmetic_ms(found: FullWidth, compute) -> float:
 
 
 #: mechanisms whose machinery touches every parameter each micro-batch, measured in this order
-PER_BYTE = ("fsdp", "zero", "tp")
+PER_BYTE = ("fsdp", "rep", "zero", "tp")
 #: the most passes over the rank's parameter bytes at the element-wise rate that a cost per
 #: byte stands for: the machinery copies each byte a few times a micro-batch (into and out
 #: of gather and reduce buffers, the gradient), and the largest measured where the bytes
@@ -459,9 +474,9 @@ def _per_byte(found: FullWidth, compute) -> tuple[float, str]:
 
 
 def _full_how(mechanism: str, repeats: int) -> str:
-    strategy, mesh, _ = LAYOUTS[mechanism]
     return (
-        f"; per parameter byte: mtb run of the full-width workload on {strategy} {mesh or ''} at "
-        f"one sequence per rank, its median step ({_fastest(repeats)}) less the step "
-        "model's prediction, per micro-batch, over the rank's fp32 parameter bytes"
+        "; per parameter byte: mtb run of the full-width workload on "
+        f"{_layout_words(mechanism)} at one sequence per rank, its median step "
+        f"({_fastest(repeats)}) less the step model's prediction, per micro-batch, over the "
+        "rank's fp32 parameter bytes"
     )

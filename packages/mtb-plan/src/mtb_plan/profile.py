@@ -106,7 +106,7 @@ class Curve:
 
 
 #: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
-MECHANISMS = ("base", "ac", "fsdp", "zero", "tp", "sp", "pp", "cp", "ep")
+MECHANISMS = ("base", "ac", "fsdp", "rep", "zero", "tp", "sp", "pp", "cp", "ep")
 
 
 @attrs.frozen(kw_only=True)
@@ -118,7 +118,8 @@ class Overhead:
     collectives (autograd and module calls each micro-batch; the optimizer's
     pass over the parameter tensors, the loss and the last reduction's wait
     once a step); the others: what a layout using the mechanism pays on top
-    (FSDP's gathers and hooks, tensor parallelism's DTensor redistributions,
+    (``fsdp``: FSDP's gathers and hooks; ``rep``: FSDP's hooks and per-unit reductions
+    over a shard group of one, replicated; tensor parallelism's DTensor redistributions,
     the optimizer over DTensors, ...). Measured on the workload's layers and
     heads at a negligible width, at one and at two micro-batches a step:
     ``per_step_s`` is what the second micro-batch does not add again.

@@ -226,7 +226,8 @@ def _prediction(
 def mechanisms(shape: Shape) -> tuple[str, ...]:
     """The mechanisms whose fixed cost a micro-batch of this layout pays besides ``base``."""
     active = {
-        "fsdp": shape.engine == "fsdp",
+        "fsdp": shape.engine == "fsdp" and shape.sharding == "full",
+        "rep": shape.engine == "fsdp" and shape.sharding == "replicate",
         "zero": shape.engine == "zero",
         "tp": shape.tp > 1,
         "sp": shape.sp,
@@ -246,16 +247,16 @@ ONCE_PER_PIPELINE_STEP = ("fsdp",)
 def fixed_cost_split(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """This layout's mechanisms as (paid every micro-batch, paid once a step); base aside.
 
-    Under a pipeline FSDP is paid once, and not at all with a shard group of one: torch's
-    FSDP gathers nothing then (its all-gather is skipped for one rank), and the one
-    reduction left, deferred to the last backward, is priced by the communication term.
+    Under a pipeline FSDP is paid once, and replicated FSDP (``rep``) not at all: torch's
+    FSDP gathers nothing over a shard group of one (its all-gather is skipped for one
+    rank), and the one reduction left, deferred to the last backward, is priced by the
+    communication term.
     """
     used = mechanisms(shape)
     if shape.pp == 1:
         return used, ()
-    unpaid = ("fsdp",) if shape.sharding == "replicate" else ()
-    once = tuple(n for n in used if n in ONCE_PER_PIPELINE_STEP and n not in unpaid)
-    return tuple(n for n in used if n not in ONCE_PER_PIPELINE_STEP), once
+    once = tuple(n for n in used if n in ONCE_PER_PIPELINE_STEP)
+    return tuple(n for n in used if n not in (*ONCE_PER_PIPELINE_STEP, "rep")), once
 
 
 def micro_batches_paid(shape: Shape, compute) -> float:
@@ -268,16 +269,17 @@ def micro_batches_paid(shape: Shape, compute) -> float:
 
 def fixed_costs_s(shape: Shape, profile, parameter_bytes: float) -> float:
     """The step's fixed costs: base and most mechanisms per micro-batch, some once a step,
-    and each one's cost once a step; never below 0, nor the cost of each micro-batch (a
-    mechanism's fitted part per micro-batch may be below 0; repeated over many micro-batches
-    it must not cancel the rest of the step)."""
+    and each one's cost once a step; never below 0. A mechanism's fitted part per
+    micro-batch may be below 0, and so may a micro-batch's sum: the runs it was fitted on
+    paid it so (a pipeline's stages, whose exchanges the send/recv curve prices above what
+    they cost). Flooring each micro-batch at 0 put tiny's 4-rank pipelines 22-31 % slow."""
     per_micro, once = fixed_cost_split(shape)
     ranks = shape.per_node
     paid = micro_batches_paid(shape, profile.compute_for(ranks))
     each = profile.overhead_s(per_micro, ranks, parameter_bytes)
     step = profile.overhead_s(once, ranks, parameter_bytes, base=False)
     step += profile.step_overhead_s(per_micro + once, ranks)
-    return max(0.0, paid * max(0.0, each) + step)
+    return max(0.0, paid * each + step)
 
 
 def pipeline_s(micro_s: float, shape: Shape, compute) -> float:
