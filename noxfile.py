@@ -38,8 +38,10 @@ EXAMPLE = "examples/mtb-example-strategy"
 # each test session's JUnit XML and set-up time, for .ci/durations.py
 TIMINGS = ROOT / "results" / "test-timings"
 # two pytest-xdist workers, one per core of the CI machine, each taking whole test files
-# (module fixtures such as the fault smoke run once); ``-- -n 0`` runs serially
-PARALLEL = ("-n", "2", "--dist", "loadfile")
+# (module fixtures such as the fault smoke run once) in collection order, where each
+# conftest puts its longest files first (xdist would otherwise order files by their number
+# of tests, and a long file of few tests trailed on one worker); ``-- -n 0`` runs serially
+PARALLEL = ("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
 # optional dependencies a package's own tests exercise (ZeRO needs DeepSpeed; the
 # topology check needs megatron-core; NVML bindings load without a GPU)
 EXTRAS = {"strategies": "test,deepspeed", "megatron": "test,megatron-core,gpu"}

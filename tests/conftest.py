@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from mtb.testing import longest_first
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,18 +53,19 @@ def slurm_cluster(tmp_path_factory):
             cluster.stop(folder)
 
 
-#: files that run longest, mostly waiting on Slurm's jobs or a fault smoke's launches; xdist
-#: hands whole files (--dist loadfile) to the two workers in collection order, so these go
-#: first and overlap with the rest instead of trailing on one worker at the end
+#: files that run longest (the calibrated plan, then those mostly waiting on Slurm's jobs or a
+#: fault smoke's launches), from CI's timings: they start first and overlap with the rest
 LONGEST_FIRST = (
+    "test_plan.py",
     "test_slurm_preemption.py",
-    "test_fault_smoke_damage.py",
-    "test_fault_smoke.py",
     "test_slurm_runs.py",
+    "test_fault_smoke_damage.py",
+    "test_gpu_acceptance.py",
+    "test_fault_smoke.py",
+    "test_multihost.py",
     "test_slurm_jobs.py",
 )
 
 
 def pytest_collection_modifyitems(items):
-    first = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(LONGEST_FIRST)))
+    longest_first(items, LONGEST_FIRST)

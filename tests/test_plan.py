@@ -198,10 +198,11 @@ def test_a_calibrated_plan_is_verified_by_running_it(tmp_path):
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
     measured = {(entry.mechanism, entry.ranks_per_node) for entry in load(profile).overhead}
     # one rank's figures are test_calibrate's (tests-plan): this test plans 2 ranks only
-    assert measured >= {("base", 2), ("ac", 2), ("fsdp", 2), ("tp", 2), ("pp", 2), ("cp", 2)}
+    assert measured >= {("base", 2), ("ac", 2), ("fsdp", 2), ("rep", 2), ("tp", 2), ("pp", 2)}
+    assert ("cp", 2) in measured
     assert all(entry.training_efficiency >= 0.5 for entry in load(profile).compute)
     per_byte = {e.mechanism: e for e in load(profile).overhead if e.ranks_per_node == 2}
-    for name in ("fsdp", "tp"):  # measured at full width
+    for name in ("fsdp", "rep", "tp"):  # measured at full width
         assert (
             per_byte[name].per_parameter_byte_s >= 0 and "per parameter byte" in per_byte[name].how
         )

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from mtb.cli import make_cli
 from mtb.plugins import build_plugin_manager
-from mtb.testing import mtb_plugin  # noqa: F401  (the fixture plugin authors use)
+from mtb.testing import longest_first, mtb_plugin  # noqa: F401  (the fixture plugin authors use)
 
 PLUGIN_DIR = Path(__file__).parent / "plugins"
 #: a fixed MFU peak: otherwise each rank of each run first times its CPU's matmul peak (about
@@ -133,3 +133,11 @@ def launched(tmp_path):
     yield started
     for run in runs:
         run.kill_all()
+
+
+#: the files that run longest, from CI's timings: they start first (see longest_first)
+LONGEST_FIRST = ("test_launch.py", "test_signals.py", "test_matrix.py", "test_compile.py")
+
+
+def pytest_collection_modifyitems(items):
+    longest_first(items, LONGEST_FIRST)

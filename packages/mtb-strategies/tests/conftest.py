@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtb.testing import longest_first
+
 PLUGIN_DIR = Path(__file__).parent / "plugins"
 # DeepSpeed's JIT-built ops go to a folder of the tests' own (nox sets one per session): a
 # build killed elsewhere, in the user's cache, leaves a lock these runs never wait on
@@ -280,3 +282,21 @@ def bare_grad_norms(steps: int = 5) -> list[float]:
 
 def grad_norms(result) -> list[float]:
     return [s["grad_norm"] for s in result["trials"][0]["steps"]]
+
+
+#: the files that run longest, from CI's timings: they start first (see longest_first)
+LONGEST_FIRST = (
+    "test_checkpoints.py",
+    "test_ddp_fsdp.py",
+    "test_expert_parallel.py",
+    "test_pipeline.py",
+    "test_pipeline_four_ranks.py",
+    "test_zero.py",
+    "test_nd_four_ranks.py",
+    "test_context_parallel_four_ranks.py",
+    "test_memory_pressure.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    longest_first(items, LONGEST_FIRST)

@@ -151,3 +151,16 @@ def mtb_plugin(tmp_path, monkeypatch):
         return PluginRunner(module, tmp_path / "mtb-plugin-runs", monkeypatch)
 
     return runner
+
+
+def longest_first(items: list, files: tuple[str, ...]) -> None:
+    """Put the collected tests of ``files`` (file names, longest first) before the rest.
+
+    Call it from ``pytest_collection_modifyitems``. Under pytest-xdist's
+    ``--dist loadfile`` each worker takes the next whole file in collection
+    order (with ``--no-loadscope-reorder``; by default xdist orders files by
+    how many tests they hold): the longest start first and the short ones fill
+    in around them, instead of one long file trailing on one worker at the end.
+    """
+    first = {name: index for index, name in enumerate(files)}
+    items.sort(key=lambda item: first.get(item.path.name, len(files)))
