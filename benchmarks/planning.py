@@ -61,6 +61,8 @@ PLANS = (
             "nd dp2·tp2 mb4",
             "nd dp2·pp2 1f1b m4 mb4",
             "nd rep2·dp2 mb2",
+            "nd rep2·pp2 1f1b m2 mb4 ac",
+            "zero3 mb1 ×2 ac",
         ),
     ),
     ("tiny-moe-2", "tiny-moe", 2, 4, (30, 5), ("ddp ep2 mb2", "fsdp ep2 mb2", "ddp mb2")),

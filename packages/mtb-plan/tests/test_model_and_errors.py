@@ -287,10 +287,11 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     # with two stages: FSDP once; each stage half the blocks' machinery over 4 + 2 - 1 slots
     assert micro_batches_paid(shape(2, 4), compute) == pytest.approx(0.5 * 5)
     assert fixed_costs_s(shape(2, 4), profile, 0) == pytest.approx(2.5 * 0.008 + 0.045)
-    # FSDP over a shard group of one gathers nothing, and the pipeline defers its reduction:
-    # none of its costs, not even the step's
-    assert fixed_costs_s(shape(2, 4, "replicate"), profile, 0) == pytest.approx(2.5 * 0.008)
-    # without a pipeline, replicated FSDP pays its own measured cost, not sharded FSDP's
+    # replicated FSDP pays its own measured cost, not sharded FSDP's, and under a pipeline
+    # each micro-batch as the rest (its hooks run every micro-batch)
+    assert fixed_costs_s(shape(2, 4, "replicate"), profile, 0) == pytest.approx(
+        2.5 * (0.008 + 0.015) + 0.003
+    )
     assert fixed_costs_s(shape(1, 4, "replicate"), profile, 0) == pytest.approx(
         4 * (0.010 + 0.015) + 0.003
     )
@@ -300,6 +301,7 @@ def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
         ("pp", (shape(2, 2), shape(2, 4))),
         ("fsdp", (shape(1, 1), shape(1, 2))),
         ("rep", (shape(1, 1, "replicate"), shape(1, 2, "replicate"))),
+        ("rep", (shape(2, 2, "replicate"), shape(2, 4, "replicate"))),
     ):
         fitted = [
             _fitted(mechanism, fixed_costs_s(run, profile, 0), run, known, compute) for run in runs
