@@ -386,10 +386,28 @@ def test_a_part_of_base_of_the_other_sign_from_noise_folds_and_a_mechanism_keeps
     assert _parts([(2, 0.010)]) == _parts([(2, 0.010), (2, 0.012)]) == (0.005, 0.0)
 
 
+def test_checkpointing_never_fits_cheaper_than_none():
+    """A run of a mechanism that only adds work, measured under the one without it, is
+    noise: its cost there is 0 (tiny on 4 ranks fitted ac -2.4 ms at one micro-batch)."""
+    from mtb_plan.overheads import _parts
+
+    # tiny-4's ac: -2.4 ms at one micro-batch, 3.7 at two; the line through 0 and 3.7
+    assert _parts([(1, -0.0024), (2, 0.0037)], adds_work=True) == pytest.approx((0.0037, -0.0037))
+    assert _parts([(1, -0.0024), (2, 0.0037)]) == pytest.approx((0.0061, -0.0085))
+    assert _parts([(1, -0.001), (2, -0.002)], adds_work=True) == pytest.approx((0.0, 0.0))
+    # costs above 0 keep their line
+    assert _parts([(1, 0.004), (2, 0.010)], adds_work=True) == pytest.approx((0.006, -0.002))
+
+
 @pytest.mark.parametrize(
     ("base_seconds", "ac_seconds"),
-    [((0.2, 0.3), (0.6, 0.8)), ((0.3, 0.25), (0.6, 0.8)), ((0.2, 0.3), (0.6, 0.62))],
-    ids=["both-lines", "base-folds", "ac-keeps-a-negative-slope"],
+    [
+        ((0.2, 0.3), (0.6, 0.8)),
+        ((0.3, 0.25), (0.6, 0.8)),
+        ((0.2, 0.3), (0.6, 0.62)),
+        ((0.2, 0.3), (0.15, 0.62)),
+    ],
+    ids=["both-lines", "base-folds", "ac-keeps-a-negative-slope", "ac-under-base-is-0"],
 )
 def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
     monkeypatch, base_seconds, ac_seconds
@@ -397,7 +415,8 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
     """The repeats of the fixed-cost runs alternate over the mechanisms, so a slow stretch of
     the machine falls on one run of several, and the fastest of a mechanism's runs counts;
     each mechanism runs at one and two micro-batches, what the second adds is per micro-batch
-    (base's, where it adds less than nothing, is 0; a mechanism's keeps its sign)."""
+    (base's, where it adds less than nothing, is 0; a mechanism's keeps its sign; ac's cost
+    in each run is at least 0)."""
     from mtb_plan import overheads
 
     launched = []
@@ -426,8 +445,8 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
     base_micro = max(0.0, base_seconds[1] - predicted["base", 2] - base_1)
     assert found["base"].per_micro_batch_s == pytest.approx(base_micro)
     assert found["base"].per_step_s == pytest.approx(base_1 - base_micro)
-    ac_1 = ac_seconds[0] - predicted["ac", 1] - base_1
-    ac_2 = ac_seconds[1] - predicted["ac", 2] - (base_1 + base_micro)
+    ac_1 = max(0.0, ac_seconds[0] - predicted["ac", 1] - base_1)
+    ac_2 = max(0.0, ac_seconds[1] - predicted["ac", 2] - (base_1 + base_micro))
     assert found["ac"].per_micro_batch_s == pytest.approx(ac_2 - ac_1)
     assert found["ac"].per_step_s == pytest.approx(ac_1 - (ac_2 - ac_1))
     assert "the fastest of 2 runs, each in its own pass" in found["ac"].how
@@ -450,6 +469,7 @@ def test_each_overhead_run_takes_its_mechanism_and_fills_the_rest_with_fsdp():
     assert candidate("cp", 2).mesh == {"cp": 2, "dp_shard": 1}
     assert candidate("rep", 4).mesh == {"dp_replicate": 4}  # FSDP over a shard group of one
     assert candidate("rep", 1) is None
+    assert candidate("zero3", 2).strategy == "zero3" and candidate("zero", 2).strategy == "zero2"
     assert candidate("pp", 3) is None
     twice = candidate("pp", 4, micro_batches=2)  # a pipeline's own micro-batches, doubled
     assert twice.mesh["pp_microbatches"] == 4 and twice.micro_batch_size == 4
@@ -537,6 +557,10 @@ def test_fsdp_collectives_are_one_per_unit_and_nd_without_data_ranks_wraps_nothi
     assert mechanisms(shape) == ("fsdp",)
     replicated = attrs.evolve(shape, dp_replicate=2, dp_shard=1, sharding="replicate")
     assert mechanisms(replicated) == ("rep",)  # replicated FSDP: its own cost, not fsdp's
+    # ZeRO-3 fetches and releases each module's parameters: its own cost, not ZeRO-1/2's
+    for sharding, expected in (("optimizer", "zero"), ("grads", "zero"), ("full", "zero3")):
+        zero = attrs.evolve(shape, engine="zero", sharding=sharding)
+        assert mechanisms(zero) == (expected,)
 
 
 def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones(tmp_path):

@@ -58,6 +58,7 @@ LAYOUTS = {
     "fsdp": ("fsdp", {}, 1),
     "rep": ("nd", {}, 1),
     "zero": ("zero2", {}, 1),
+    "zero3": ("zero3", {}, 1),
     "tp": ("nd", {"tp": 2}, 1),
     "sp": ("nd", {"tp": 2, "sequence_parallel": True}, 1),
     "pp": ("nd", {"pp": 2, "pp_schedule": "1f1b", "pp_microbatches": 2}, 2),
@@ -69,6 +70,9 @@ CHECKPOINTED = "ac"
 #: the mechanism whose ``nd`` layout replicates over the data-parallel ranks (FSDP over a
 #: shard group of one); the others shard over them
 REPLICATED = "rep"
+#: mechanisms that only add work to the layout under them (checkpointing recomputes each
+#: block's forward): a run that measured one cheaper than without it measured noise
+ADDS_WORK = (CHECKPOINTED,)
 #: steps of each fixed-cost run: a median of 20 (the runs are short; most of their time is the
 #: launch), since a mechanism's two runs are subtracted
 STEPS, WARMUP = 24, 4
@@ -166,7 +170,9 @@ def measure(pm, workload: Workload, ranks: int, profile, runs: Runs, progress) -
             _fitted(mechanism, fastest[key] - predicted_s, shape, parts, compute)
             for key, (_, _, predicted_s, shape) in fits
         ]
-        parts[mechanism] = _parts(fitted, base=mechanism == "base")
+        parts[mechanism] = _parts(
+            fitted, base=mechanism == "base", adds_work=mechanism in ADDS_WORK
+        )
     return [
         Overhead(
             mechanism=name,
@@ -200,7 +206,9 @@ def _fitted(mechanism: str, residual_s: float, shape: Shape, known: dict, comput
     return (1 if mechanism in once else paid), residual_s - others
 
 
-def _parts(fitted: list[tuple[float, float]], base: bool = False) -> tuple[float, float]:
+def _parts(
+    fitted: list[tuple[float, float]], base: bool = False, adds_work: bool = False
+) -> tuple[float, float]:
     """(per micro-batch, per step) through the runs' (times paid, cost) points: a line
     through two, all per micro-batch from one.
 
@@ -210,7 +218,14 @@ def _parts(fitted: list[tuple[float, float]], base: bool = False) -> tuple[float
     costs beyond base and the mechanisms under it, and either may be below 0 (cp's ring
     replacing some of FSDP's work at one micro-batch, and costing more at two): they keep
     the line (the step model never lets a step's cost per micro-batch go below 0).
+
+    ``adds_work`` (``ADDS_WORK``): each run's cost is at least 0, then the line. On 4 ranks
+    tiny's checkpointed run at one micro-batch measured 2 ms under base's; the line through
+    it priced one checkpointed micro-batch below none, and the plan ranked ``ddp mb2 ac``
+    first (predicted 29.1 ms, measured 35.0; ``ddp mb2`` measured 27.5).
     """
+    if adds_work:
+        fitted = [(paid, max(0.0, cost)) for paid, cost in fitted]
     (paid_1, cost_1), *more = fitted
     if not more or more[0][0] == paid_1:
         return cost_1 / paid_1, 0.0
@@ -295,7 +310,9 @@ def _how(mechanism: str, ranks: int, workload: Workload, overrides: dict, repeat
         f"micro-batch {micro_batch}, median of {STEPS - WARMUP} steps, {_fastest(repeats)}, "
         f"each in its own pass over the mechanisms) at {_counts(mesh)} micro-batches a step, "
         "less the step model's prediction for each, less base and the other mechanisms it "
-        "uses; per micro-batch: what the second micro-batch adds, per step: the rest"
+        "uses"
+        + (", each at least 0" if mechanism in ADDS_WORK else "")
+        + "; per micro-batch: what the second micro-batch adds, per step: the rest"
     )
 
 
@@ -419,7 +436,7 @@ def _arithmetic_ms(found: FullWidth, compute) -> float:
 
 
 #: mechanisms whose machinery touches every parameter each micro-batch, measured in this order
-PER_BYTE = ("fsdp", "rep", "zero", "tp")
+PER_BYTE = ("fsdp", "rep", "zero", "zero3", "tp")
 #: the most passes over the rank's parameter bytes at the element-wise rate that a cost per
 #: byte stands for: the machinery copies each byte a few times a micro-batch (into and out
 #: of gather and reduce buffers, the gradient), and the largest measured where the bytes

@@ -106,7 +106,7 @@ class Curve:
 
 
 #: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
-MECHANISMS = ("base", "ac", "fsdp", "rep", "zero", "tp", "sp", "pp", "cp", "ep")
+MECHANISMS = ("base", "ac", "fsdp", "rep", "zero", "zero3", "tp", "sp", "pp", "cp", "ep")
 
 
 @attrs.frozen(kw_only=True)

@@ -228,7 +228,8 @@ def mechanisms(shape: Shape) -> tuple[str, ...]:
     active = {
         "fsdp": shape.engine == "fsdp" and shape.sharding == "full",
         "rep": shape.engine == "fsdp" and shape.sharding == "replicate",
-        "zero": shape.engine == "zero",
+        "zero": shape.engine == "zero" and shape.sharding != "full",
+        "zero3": shape.engine == "zero" and shape.sharding == "full",
         "tp": shape.tp > 1,
         "sp": shape.sp,
         "pp": shape.pp > 1,
