@@ -221,7 +221,7 @@ def calibrate_command(
     each --nproc-per-node N, fits latency and bus bandwidth of all_reduce,
     all_gather, reduce_scatter, all_to_all and send_recv from mtb comm runs,
     records memory capacity and each figure's method, measures each
-    mechanism's fixed cost (base, ac, fsdp, rep, zero, tp, sp, pp, cp, ep)
+    mechanism's fixed cost (base, ac, fsdp, rep, zero, zero3, tp, sp, pp, cp, ep)
     by running it at a negligible width, and writes the profile.
     """
     import time
