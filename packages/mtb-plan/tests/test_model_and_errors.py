@@ -246,6 +246,30 @@ def test_overheads_add_up_per_mechanism_and_a_missing_one_is_one_line():
         profile.overhead_s(("tp", "pp"), 1)
 
 
+def test_a_node_of_one_rank_pays_a_mechanism_of_several_at_the_fewest_ranks_measured():
+    """calibrate runs base and ac on one rank, the rest from 2 ranks up: one device, or a
+    cluster of one rank a node, pays those at the fewest ranks per node measured, and a
+    missing one names a calibration that measures it (one rank alone never would)."""
+    from mtb_plan.profile import Overhead
+
+    costs = [("base", 1, 0.010), ("base", 2, 0.020), ("zero", 4, 0.009), ("zero", 2, 0.004)]
+    costs += [("fsdp", 4, 0.006), ("ac", 2, 0.001)]
+    entries = tuple(
+        Overhead(mechanism=name, ranks_per_node=ranks, per_micro_batch_s=seconds)
+        for name, ranks, seconds in costs
+    )
+    profile = cpu_profile(overhead=entries, path="lab.toml")
+    assert profile.overhead_s(("zero",), 1) == pytest.approx(0.014)  # base at 1, zero at 2
+    assert profile.overhead_s(("fsdp",), 1) == pytest.approx(0.016)
+    assert profile.overhead_s(("zero",), 2) == pytest.approx(0.024)  # measured at 2: its own
+    with pytest.raises(UsageError, match="no fsdp overhead at 2 rank"):
+        profile.overhead_s(("fsdp",), 2)
+    with pytest.raises(UsageError, match=r"no tp overhead at 1 rank.*--nproc-per-node 1,2 "):
+        profile.overhead_s(("tp",), 1)
+    with pytest.raises(UsageError, match=r"no ac overhead at 1 rank.*--nproc-per-node 1 "):
+        profile.overhead_s(("ac",), 1)  # measured on one rank: 2 ranks' does not stand in
+
+
 def test_a_pipeline_pays_fsdp_once_and_each_stage_its_share_of_the_rest():
     from types import SimpleNamespace
 
@@ -391,6 +415,8 @@ def test_checkpointing_never_fits_cheaper_than_none():
     noise: its cost there is 0 (tiny on 4 ranks fitted ac -2.4 ms at one micro-batch)."""
     from mtb_plan.overheads import _parts
 
+    # a second checkpointed micro-batch measured cheaper: all of it once a step
+    assert _parts([(1, 0.004), (2, 0.001)], adds_work=True) == pytest.approx((0.0, 0.004))
     # tiny-4's ac: -2.4 ms at one micro-batch, 3.7 at two; the line through 0 and 3.7
     assert _parts([(1, -0.0024), (2, 0.0037)], adds_work=True) == pytest.approx((0.0037, -0.0037))
     assert _parts([(1, -0.0024), (2, 0.0037)]) == pytest.approx((0.0061, -0.0085))
@@ -407,7 +433,7 @@ def test_checkpointing_never_fits_cheaper_than_none():
         ((0.2, 0.3), (0.6, 0.62)),
         ((0.2, 0.3), (0.15, 0.62)),
     ],
-    ids=["both-lines", "base-folds", "ac-keeps-a-negative-slope", "ac-under-base-is-0"],
+    ids=["both-lines", "base-folds", "ac-folds-a-negative-slope", "ac-under-base-is-0"],
 )
 def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
     monkeypatch, base_seconds, ac_seconds
@@ -415,8 +441,8 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
     """The repeats of the fixed-cost runs alternate over the mechanisms, so a slow stretch of
     the machine falls on one run of several, and the fastest of a mechanism's runs counts;
     each mechanism runs at one and two micro-batches, what the second adds is per micro-batch
-    (base's, where it adds less than nothing, is 0; a mechanism's keeps its sign; ac's cost
-    in each run is at least 0)."""
+    (base's and ac's, where it adds less than nothing, is 0; ac's cost in each run is at
+    least 0)."""
     from mtb_plan import overheads
 
     launched = []
@@ -447,8 +473,9 @@ def test_each_pass_runs_every_mechanism_once_and_the_fastest_run_counts(
     assert found["base"].per_step_s == pytest.approx(base_1 - base_micro)
     ac_1 = max(0.0, ac_seconds[0] - predicted["ac", 1] - base_1)
     ac_2 = max(0.0, ac_seconds[1] - predicted["ac", 2] - (base_1 + base_micro))
-    assert found["ac"].per_micro_batch_s == pytest.approx(ac_2 - ac_1)
-    assert found["ac"].per_step_s == pytest.approx(ac_1 - (ac_2 - ac_1))
+    ac_micro = max(0.0, ac_2 - ac_1)
+    assert found["ac"].per_micro_batch_s == pytest.approx(ac_micro)
+    assert found["ac"].per_step_s == pytest.approx(ac_1 - ac_micro)
     assert "the fastest of 2 runs, each in its own pass" in found["ac"].how
     predicted_ms = " and ".join(f"{predicted['ac', count] * 1e3:.2f}" for count in (1, 2))
     measured_ms = " and ".join(f"{value * 1e3:.2f}" for value in ac_seconds)

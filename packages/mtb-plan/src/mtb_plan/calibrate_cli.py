@@ -191,7 +191,10 @@ def busy_warning(load: float, cores: int) -> str | None:
     "--overheads/--no-overheads",
     default=True,
     show_default=True,
-    help="measure each mechanism's fixed cost (one tiny-width mtb run per mechanism and N)",
+    help=(
+        "measure each mechanism's fixed cost (tiny-width mtb runs at 1 and 2 micro-batches, "
+        "--repeats times, per mechanism and N)"
+    ),
 )
 @click.option(
     "--repeats",

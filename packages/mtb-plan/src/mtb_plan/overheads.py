@@ -36,7 +36,7 @@ import attrs
 
 from mtb.api import UsageError
 from mtb_plan.layouts import Candidate, check
-from mtb_plan.profile import Overhead
+from mtb_plan.profile import ONE_RANK_MECHANISMS, Overhead
 from mtb_plan.step_model import (
     Prediction,
     Shape,
@@ -108,7 +108,7 @@ def candidate(mechanism: str, ranks: int, micro_batches: int = 1) -> Candidate |
                 grad_accum_steps=micro_batches,
                 activation_checkpointing=checkpointing,
             )
-            if mechanism in ("base", CHECKPOINTED)
+            if mechanism in ONE_RANK_MECHANISMS
             else None
         )
     accumulation = micro_batches
@@ -219,7 +219,8 @@ def _parts(
     replacing some of FSDP's work at one micro-batch, and costing more at two): they keep
     the line (the step model never lets a step's cost per micro-batch go below 0).
 
-    ``adds_work`` (``ADDS_WORK``): each run's cost is at least 0, then the line. On 4 ranks
+    ``adds_work`` (``ADDS_WORK``): each run's cost is at least 0, then the line, whose part
+    per micro-batch, as base's, is not below 0 (else all of it is once a step). On 4 ranks
     tiny's checkpointed run at one micro-batch measured 2 ms under base's; the line through
     it priced one checkpointed micro-batch below none, and the plan ranked ``ddp mb2 ac``
     first (predicted 29.1 ms, measured 35.0; ``ddp mb2`` measured 27.5).
@@ -232,7 +233,7 @@ def _parts(
     paid_2, cost_2 = more[0]
     per_micro = (cost_2 - cost_1) / (paid_2 - paid_1)
     per_step = cost_1 - paid_1 * per_micro
-    if base and per_micro * cost_1 < 0:
+    if (base or adds_work) and per_micro * cost_1 < 0:
         return 0.0, cost_1
     if base and per_step * cost_1 < 0:
         return cost_1 / paid_1, 0.0

@@ -107,6 +107,9 @@ class Curve:
 
 #: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
 MECHANISMS = ("base", "ac", "fsdp", "rep", "zero", "zero3", "tp", "sp", "pp", "cp", "ep")
+#: the mechanisms calibrate measures on one rank; the others run over several, and a node of
+#: one rank (one device, or one a node of a cluster) pays what the fewest ranks per node paid
+ONE_RANK_MECHANISMS = ("base", "ac")
 
 
 @attrs.frozen(kw_only=True)
@@ -225,15 +228,25 @@ class Profile:
         profile without overheads; a missing one is a one-line error naming calibrate."""
         if not self.overhead or not (base or mechanisms):
             return []
-        known = {e.mechanism: e for e in self.overhead if e.ranks_per_node == ranks_per_node}
+        known = self._overheads_at(ranks_per_node)
         names = ("base", *mechanisms) if base else tuple(mechanisms)
         missing = [name for name in names if name not in known]
         if missing:
+            several = missing[0] not in ONE_RANK_MECHANISMS
             raise UsageError(
                 f"profile {self.name!r}: no {missing[0]} overhead at {ranks_per_node} rank(s) "
-                f"per node; measure it with `{self.calibrate_hint(ranks_per_node)}`"
+                f"per node; measure it with "
+                f"`{self.calibrate_hint(max(2, ranks_per_node) if several else ranks_per_node)}`"
             )
         return [known[name] for name in names]
+
+    def _overheads_at(self, ranks_per_node: int) -> dict[str, Overhead]:
+        """Each mechanism's entry at ``ranks_per_node``; at one rank, one that runs over
+        several ranks takes its entry at the fewest ranks per node it was measured at."""
+        entries = sorted(self.overhead, key=lambda e: -e.ranks_per_node)
+        several = [e for e in entries if e.mechanism not in ONE_RANK_MECHANISMS]
+        fewest = {e.mechanism: e for e in several} if ranks_per_node == 1 else {}
+        return fewest | {e.mechanism: e for e in entries if e.ranks_per_node == ranks_per_node}
 
     def curve(
         self, collective: str, group_size: int, scope: str, ranks_per_node: int | None = None
