@@ -53,6 +53,26 @@ def slurm_cluster(tmp_path_factory):
             cluster.stop(folder)
 
 
+#: the straggler plugin (core's test plugins) on rank 0 of every run started meanwhile
+SLOW = {
+    "MTB_PLUGIN_MODULES": "mtb_test_straggler",
+    "MTB_TEST_SLOW_RANK": "0",
+    "PYTHONPATH": str(ROOT / "packages" / "mtb-core" / "tests" / "plugins"),
+}
+
+
+@pytest.fixture
+def slowed(monkeypatch):
+    """Steps of ``ms`` milliseconds (a sleep) in every run or job started meanwhile: Slurm's
+    jobs inherit it through the environment sbatch exports."""
+
+    def slow(ms: int) -> None:
+        for key, value in {**SLOW, "MTB_TEST_SLOW_MS": str(ms)}.items():
+            monkeypatch.setenv(key, value)
+
+    return slow
+
+
 #: files that run longest (the calibrated plan, then those mostly waiting on Slurm's jobs or a
 #: fault smoke's launches), from CI's timings: they start first and overlap with the rest
 LONGEST_FIRST = (

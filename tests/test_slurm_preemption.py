@@ -19,7 +19,6 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT
 from test_slurm_jobs import recorded, wait_until
 from test_slurm_runs import mtb, write_matrix
 
@@ -37,24 +36,6 @@ EXACT = {
     "checkpoint_dir": "ck",
     "timeout": 600,
 }
-SLOW = {
-    "MTB_PLUGIN_MODULES": "mtb_test_straggler",
-    "MTB_TEST_SLOW_RANK": "0",
-    "PYTHONPATH": str(ROOT / "packages" / "mtb-core" / "tests" / "plugins"),
-}
-
-
-@pytest.fixture
-def slowed(monkeypatch):
-    """Steps of ``ms`` milliseconds in every job submitted meanwhile."""
-
-    def slow(ms: int) -> None:
-        for key, value in {**SLOW, "MTB_TEST_SLOW_MS": str(ms)}.items():
-            monkeypatch.setenv(key, value)
-
-    return slow
-
-
 #: what slurmctld logs (at debug2) each time it checks time limits and sends warnings
 TIME_LIMIT_CHECK = "Testing job time limits and checkpoints"
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)\] (.*)$", re.M)

@@ -59,7 +59,8 @@ def test_two_nodes_through_slurm_end_where_two_local_ranks_do(slurm_cluster, tmp
         assert "Traceback" not in text and "recvVector" not in text, text
 
 
-def test_four_cells_two_ok_one_refused_one_past_its_time_limit(slurm_cluster, tmp_path):
+def test_four_cells_two_ok_one_refused_one_past_its_time_limit(slurm_cluster, tmp_path, slowed):
+    slowed(100)  # the cell past its time limit sleeps its minute rather than spin a core
     cells = [
         {"strategy": "single"},
         {"strategy": "ddp", "nproc_per_node": 2},
