@@ -108,7 +108,7 @@ class Curve:
 #: the mechanisms whose fixed cost calibrate measures (mtb_plan.overheads)
 MECHANISMS = ("base", "ac", "fsdp", "rep", "zero", "zero3", "tp", "sp", "pp", "cp", "ep")
 #: the mechanisms calibrate measures on one rank; the others run over several, and a node of
-#: one rank (one device, or one a node of a cluster) pays what the fewest ranks per node paid
+#: one rank (one device, or one on each node of a cluster) pays what the fewest ranks per node paid
 ONE_RANK_MECHANISMS = ("base", "ac")
 
 
