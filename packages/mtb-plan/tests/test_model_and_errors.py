@@ -787,6 +787,24 @@ def test_gradients_and_activations_add_up_only_where_a_forward_follows_a_backwar
     assert {accumulation for _, accumulation in single} == {1, 2, 4}
 
 
+def test_accumulating_zero_1_and_2_hold_whole_gradients_beside_their_partition():
+    """small on 2 ranks: ZeRO-2 at 1 x 2 micro-batches peaked 160 MiB over a model that
+    held only the gradient partition between micro-batches."""
+    from mtb_plan.step_model import Shape, _states_and_activations, accumulated_gradient_bytes
+
+    layout = dict(tp=1, pp=1, cp=1, dp=2, dp_shard=2, dp_replicate=1, ep=1, sp=False)
+    steps = dict(micro_batch=1, pipeline_microbatches=1, schedule=None)
+    rest = dict(checkpointing=False, per_node=2, syncs=1, stages=(4,), engine="zero")
+    states = {"parameters": 400, "gradients": 200, "optimizer_state": 400, "total": 1000}
+    for sharding, accumulation, whole in (("grads", 2, 400), ("optimizer", 4, 400)):
+        shape = Shape(**layout, **steps, **rest, sharding=sharding, accumulation=accumulation)
+        assert accumulated_gradient_bytes(shape, states) == whole
+        assert _states_and_activations(shape, states, [300]) == 800 + 300 + 200 + 400
+    one = Shape(**layout, **steps, **rest, sharding="grads", accumulation=1)
+    zero3 = Shape(**layout, **steps, **rest, sharding="full", accumulation=2)
+    assert accumulated_gradient_bytes(one, states) == accumulated_gradient_bytes(zero3, states) == 0
+
+
 def test_the_optimizer_step_holds_gradients_and_on_cuda_adamws_temporaries():
     """torch's AdamW on CUDA (foreach) copies every parameter it updates; on CPU it goes one
     parameter at a time. Where gradients outweigh activations that step is the peak."""
