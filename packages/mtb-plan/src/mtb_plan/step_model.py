@@ -601,8 +601,8 @@ def accumulated_gradient_bytes(shape: Shape, states: dict) -> float:
     on 2 ranks for 1 x 2, 1 x 4 and 2 x 2 micro-batches and 768 on 4 ranks, 101-185 MiB over
     the model without it; with it, -4.3 to +4.1 % (ZeRO-1's 1 x 2 +1.7 %), and -8.3 % for
     ZeRO-2 at 1 x 2 with activation checkpointing."""
-    zero_1_2 = shape.engine == "zero" and shape.sharding != "full"
-    return states.get("parameters", 0) if zero_1_2 and shape.accumulation > 1 else 0.0
+    accumulating = "zero" in mechanisms(shape) and shape.accumulation > 1
+    return states.get("parameters", 0) if accumulating else 0.0
 
 
 def besides_gradients_bytes(shape: Shape, states: dict, device: str, optimizer: str) -> float:
