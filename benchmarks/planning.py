@@ -62,6 +62,7 @@ PLANS = (
             "nd dp2·pp2 1f1b m4 mb4",
             "nd rep2·dp2 mb2",
             "nd rep2·pp2 1f1b m2 mb4 ac",
+            "nd tp2·pp2 1f1b m2 mb8 ac",
             "zero3 mb1 ×2 ac",
         ),
     ),

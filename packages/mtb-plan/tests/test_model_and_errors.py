@@ -590,6 +590,38 @@ def test_fsdp_collectives_are_one_per_unit_and_nd_without_data_ranks_wraps_nothi
         assert mechanisms(zero) == (expected,)
 
 
+def test_under_a_pipeline_a_stages_collectives_are_paid_in_every_slot_of_the_schedule():
+    """tp, cp and ep run inside a stage's blocks: m + pp - 1 slots a step, as its compute;
+    pp's own exchanges and the data-parallel ones are paid m times and once."""
+    from mtb_plan.step_model import Shape, communication_s
+
+    curves = tuple(
+        Curve(collective=name, group_size=group, latency_s=1e-3, bus_bandwidth_bytes_per_s=1e9)
+        for name in ("all_gather", "reduce_scatter", "all_reduce", "send_recv")
+        for group in (2, 4, 8)
+    )
+    profile = cpu_profile(comm=curves, devices_per_node=8)
+    workload = Workload.of("tiny", 2, "fp32", "adamw")
+    layout = dict(tp=2, pp=1, cp=1, dp=2, dp_shard=2, dp_replicate=1, ep=1, sp=False)
+    steps = dict(micro_batch=2, accumulation=4, pipeline_microbatches=4, schedule="1f1b")
+    rest = dict(checkpointing=False, per_node=8, syncs=1, stages=(2,))
+    flat = Shape(**layout, **steps, **rest, sharding="full", engine="fsdp")
+    piped = attrs.evolve(flat, pp=2, stages=(2, 2))
+    alone, staged = (communication_s(workload, s, profile, 10**6) for s in (flat, piped))
+    assert staged["tp"] == pytest.approx(alone["tp"] * (4 + 2 - 1) / 4)
+    assert staged["parameters"] == pytest.approx(alone["parameters"])
+    assert staged["gradients"] == pytest.approx(alone["gradients"])
+    ring = attrs.evolve(piped, tp=1, cp=2)
+    flat_ring = attrs.evolve(ring, pp=1, stages=(2,))
+    in_ring, in_flat_ring = (
+        communication_s(workload, s, profile, 10**6) for s in (ring, flat_ring)
+    )
+    assert in_ring["cp"] == pytest.approx(in_flat_ring["cp"] * 5 / 4)
+    halved = attrs.evolve(ring, accumulation=2, pipeline_microbatches=2)
+    exchanged = communication_s(workload, halved, profile, 10**6)["pp"]
+    assert in_ring["pp"] == pytest.approx(2 * exchanged)  # m times: not stretched
+
+
 def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones(tmp_path):
     """The cap that makes the resident set follow live tensors maps each large allocation on
     its own, which slows a step: times come from runs as a user starts them."""
