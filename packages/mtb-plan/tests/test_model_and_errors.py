@@ -597,7 +597,7 @@ def test_under_a_pipeline_a_stages_collectives_are_paid_in_every_slot_of_the_sch
 
     curves = tuple(
         Curve(collective=name, group_size=group, latency_s=1e-3, bus_bandwidth_bytes_per_s=1e9)
-        for name in ("all_gather", "reduce_scatter", "all_reduce", "send_recv")
+        for name in ("all_gather", "reduce_scatter", "all_reduce", "send_recv", "all_to_all")
         for group in (2, 4, 8)
     )
     profile = cpu_profile(comm=curves, devices_per_node=8)
@@ -620,6 +620,11 @@ def test_under_a_pipeline_a_stages_collectives_are_paid_in_every_slot_of_the_sch
     halved = attrs.evolve(ring, accumulation=2, pipeline_microbatches=2)
     exchanged = communication_s(workload, halved, profile, 10**6)["pp"]
     assert in_ring["pp"] == pytest.approx(2 * exchanged)  # m times: not stretched
+    moe = Workload.of("tiny-moe", 2, "fp32", "adamw")
+    experts = attrs.evolve(piped, tp=1, ep=2)
+    fewer = attrs.evolve(experts, accumulation=2, pipeline_microbatches=2)
+    routed, routed_fewer = (communication_s(moe, s, profile, 10**6)["ep"] for s in (experts, fewer))
+    assert routed == pytest.approx(routed_fewer * (4 + 1) / (2 + 1))  # slots, not m
 
 
 def test_cpu_verification_times_uncapped_runs_and_measures_memory_in_capped_ones(tmp_path):
