@@ -31,11 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import run_mtb, write_table_document
+from harness import run_mtb, start_provenance, write_table_document
 from rich.console import Console
 from rich.table import Table
-
-from mtb.api import utc_now
 
 SMALL = {"seq_len": 256, "micro_batch_size": 8}
 
@@ -225,7 +223,7 @@ def tables(rows: list[dict]) -> list[Table]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = utc_now()
+    begun = start_provenance()
     texts = corpus()
     with tempfile.TemporaryDirectory(dir=Path(args.output).parent) as work:
         byte = Path(work) / "stdlib_byte"
@@ -238,7 +236,7 @@ def main(argv=None) -> int:
     console = Console(width=120)
     for table in tables(rows):
         console.print(table)
-    write_table_document("data-loading", args, rows, [], started)
+    write_table_document("data-loading", args, rows, [], begun)
     return 0
 
 

@@ -103,11 +103,20 @@ def compare_rounds(bare_rounds: list, mtb_rounds: list, target: float) -> dict:
     }
 
 
-def write_table_document(kind: str, args, rows: list[dict], results: list, started: str) -> None:
-    """A table bench's rows and the result documents behind them, written atomically."""
-    from mtb.api import document_provenance, result_document, write_atomic
+def start_provenance() -> dict:
+    """A table bench's provenance as it starts: the code it runs, taken before it writes a
+    result (a bench that refreshes committed results would find its own outputs changed)."""
+    from mtb.api import document_provenance, utc_now
 
-    provenance = document_provenance([], started=started)
+    return document_provenance([], started=utc_now(), finished=False)
+
+
+def write_table_document(kind: str, args, rows: list[dict], results: list, begun: dict) -> None:
+    """A table bench's rows and the result documents behind them, written atomically, under
+    the provenance ``begun`` (:func:`start_provenance`) with the time it ended."""
+    from mtb.api import result_document, utc_now, write_atomic
+
+    provenance = {**begun, "end_utc": utc_now()}
     document = result_document(
         kind, settings=vars(args), rows=rows, results=results, provenance=provenance
     )

@@ -20,11 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import write_table_document
+from harness import start_provenance, write_table_document
 from rich.console import Console
 from rich.table import Table
-
-from mtb.api import utc_now
 
 GLOBAL_BATCH = 4
 #: (strategy, ranks, layout flags, data-parallel ranks)
@@ -166,7 +164,7 @@ def runnable(preset: str, index: int, args) -> bool:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = utc_now()
+    begun = start_provenance()
     cells = [
         (p, layout)
         for p in args.presets.split(",")
@@ -177,7 +175,7 @@ def main(argv=None) -> int:
         docs = [run_one(p, layout, args, Path(tmp)) for p, layout in cells]
     rows = with_fractions([row(p, layout, d) for (p, layout), d in zip(cells, docs, strict=True)])
     Console(width=160).print(table(rows))
-    write_table_document("bench-layouts", args, rows, docs, started)
+    write_table_document("bench-layouts", args, rows, docs, begun)
     return 0
 
 

@@ -16,11 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import write_table_document
+from harness import start_provenance, write_table_document
 from rich.console import Console
 from rich.table import Table
-
-from mtb.api import utc_now
 
 PAIRS = (("tiny", "tiny-moe"), ("small", "small-moe"))
 #: (strategy, expert parallelism) of every cell; dense presets run with ep 1
@@ -137,12 +135,12 @@ def table(rows: list[dict]) -> Table:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = utc_now()
+    begun = start_provenance()
     with tempfile.TemporaryDirectory(prefix="mtb-moe-") as tmp:
         docs = [run_one(*cell, args, Path(tmp)) for cell in cells(args)]
     rows = [row(doc) for doc in docs]
     Console(width=160).print(table(rows))
-    write_table_document("bench-moe", args, rows, docs, started)
+    write_table_document("bench-moe", args, rows, docs, begun)
     return 0
 
 

@@ -21,11 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import write_table_document
+from harness import start_provenance, write_table_document
 from rich.console import Console
 from rich.table import Table
 
-from mtb.api import utc_now
 from mtb_plan import verify
 
 #: (name, preset, ranks per node, global batch, (steps, warmup), layouts verified besides
@@ -200,7 +199,7 @@ def _number(value, form: str, fallback: str = "") -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = utc_now()
+    begun = start_provenance()
     keep = Path(args.keep)
     keep.mkdir(parents=True, exist_ok=True)
     chosen = set(args.plans.split(","))
@@ -213,7 +212,7 @@ def main(argv=None) -> int:
     summary = pooled(rows, plans)
     print_table(rows, summary)
     mtb("evidence", "manifest", keep, "--output", keep / "manifest.json")
-    write_table_document("plan-verification", args, rows, [summary], started)
+    write_table_document("plan-verification", args, rows, [summary], begun)
     return 0
 
 

@@ -16,11 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import write_table_document
+from harness import start_provenance, write_table_document
 from rich.console import Console
 from rich.table import Table
 
-from mtb.api import build_plugin_manager, utc_now
+from mtb.api import build_plugin_manager
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3")
 
@@ -137,12 +137,12 @@ def table(rows: list[dict], preset: str) -> Table:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = utc_now()
+    begun = start_provenance()
     with tempfile.TemporaryDirectory(prefix="mtb-strategies-") as tmp:
         docs = [run_one(s, args, Path(tmp)) for s in args.strategies.split(",")]
     rows = [row(doc) for doc in docs]
     Console(width=160).print(table(rows, args.preset))
-    write_table_document("bench-strategies", args, rows, docs, started)
+    write_table_document("bench-strategies", args, rows, docs, begun)
     return 0
 
 
