@@ -1,4 +1,5 @@
-"""The harness benchmark's arithmetic: interleaved steps split into the two sides."""
+"""The harness benchmark's arithmetic (interleaved steps split into the two sides), and
+the table benches' provenance."""
 
 import sys
 from pathlib import Path
@@ -40,3 +41,21 @@ def test_a_failed_launch_is_named_by_the_ranks_exception_not_torchruns_rule():
     killed = "====\n  exitcode  : -9 (pid: 7)\n====\n"
     assert _cause(SimpleNamespace(stderr=killed)) == "exitcode  : -9 (pid: 7)"
     assert _cause(SimpleNamespace(stderr="")) == "no output"
+
+
+def test_a_table_bench_records_the_checkout_it_started_from(tmp_path):
+    """A bench that refreshes committed results changes the checkout before it writes its
+    document: the document keeps the provenance taken at the start, with the end time added."""
+    import json
+    from types import SimpleNamespace
+
+    from harness import start_provenance, write_table_document
+
+    begun = start_provenance()
+    assert "start_utc" in begun and "end_utc" not in begun
+    begun = {**begun, "git": {"revision": "f" * 40, "dirty": False, "root": str(tmp_path)}}
+    args = SimpleNamespace(output=str(tmp_path / "bench.json"))
+    write_table_document("bench-test", args, [{"row": 1}], [], begun)
+    provenance = json.loads((tmp_path / "bench.json").read_text())["provenance"]
+    assert provenance["git"] == begun["git"]  # not collected again at the end
+    assert provenance["start_utc"] == begun["start_utc"] <= provenance["end_utc"]
