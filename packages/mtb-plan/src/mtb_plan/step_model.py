@@ -392,6 +392,15 @@ def _head_s(workload, shape: Shape, compute) -> float:
     return _timed_s(compute, arithmetic, ops)
 
 
+#: collectives inside a stage's blocks (tensor, context and expert parallel). Under a
+#: pipeline they stretch each of the schedule's m + pp - 1 slots as the stage's compute
+#: does, fill and drain included; pp's own exchanges and FSDP's gathers are not among them:
+#: ``pp``'s fixed cost, fitted on 1F1B pipeline runs with FSDP over the other ranks, holds
+#: what the slots add to those. Paid m times, tiny's ``tp2·pp2 1f1b m2 mb8 ac`` on 4 ranks
+#: was predicted at 77.0 ms where it measured 114.5 (-32.8 %)
+IN_STAGE = ("tp", "cp", "ep")
+
+
 def communication_s(workload, shape: Shape, profile, parameters: int) -> dict:
     """Seconds per step of each kind of communication, before any overlap.
 
@@ -420,15 +429,6 @@ def communication_s(workload, shape: Shape, profile, parameters: int) -> dict:
     for name in IN_STAGE:
         terms[name] *= stretch
     return {name: seconds for name, seconds in terms.items() if seconds > 0}
-
-
-#: collectives inside a stage's blocks (tensor, context and expert parallel). Under a
-#: pipeline they stretch each of the schedule's m + pp - 1 slots as the stage's compute
-#: does, fill and drain included; pp's own exchanges are not among them: the fixed cost
-#: fitted on pipeline runs of the same schedule holds what the slots add to those. Paid m
-#: times, tiny's ``tp2·pp2 1f1b m2 mb8 ac`` on 4 ranks was predicted at 77.0 ms where it
-#: measured 114.5 (-32.8 %)
-IN_STAGE = ("tp", "cp", "ep")
 
 
 def _collective_s(
